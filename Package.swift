@@ -1,0 +1,45 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let package = Package(
+    name: "Strata",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Strata", targets: ["Strata"]),
+        .library(name: "LMDB", targets: ["LMDB"]),
+        .executable(name: "strata", targets: ["StrataCLI"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // Debian's liblmdb-dev, found through pkg-config; the shim only includes <lmdb.h>.
+        .systemLibrary(
+            name: "CLMDB",
+            pkgConfig: "lmdb",
+            providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
+        ),
+        .target(name: "LMDB", dependencies: ["CLMDB"]),
+        .target(name: "Strata", dependencies: ["LMDB"]),
+        .executableTarget(
+            name: "StrataCLI",
+            dependencies: [
+                "Strata",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
+        .testTarget(name: "StrataTests", dependencies: ["Strata", "LMDB"]),
+    ]
+)
+
+// Strict settings for every Swift target, in one place.
+for target in package.targets where target.type != .system {
+    var settings = target.swiftSettings ?? []
+    settings.append(.swiftLanguageMode(.v6))
+    // Require `any` for existential types (SE-0335).
+    settings.append(.enableUpcomingFeature("ExistentialAny"))
+    // A file sees only the modules it imports itself (SE-0444).
+    settings.append(.enableUpcomingFeature("MemberImportVisibility"))
+    target.swiftSettings = settings
+}

@@ -1,0 +1,2 @@
+// Only the public LMDB header: every mdb_* function is called directly from Swift.
+#include <lmdb.h>

@@ -1,0 +1,355 @@
+import CLMDB
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// How much a commit waits for the disk.
+public enum SyncMode: String, Sendable, CaseIterable, Codable {
+    /// Every commit is on disk when it returns (one `fdatasync` per commit). The default.
+    case full
+    /// `MDB_NOMETASYNC`: the data is synced, the meta page is not. A crash can roll back the
+    /// last committed transaction, never corrupt the store.
+    case noMetaSync
+    /// `MDB_NOSYNC`: nothing is synced until ``Environment/sync()``. A crash can lose every
+    /// transaction since the last sync (the store stays consistent on ext4/xfs, but not on
+    /// every file system).
+    case noSync
+}
+
+/// Options for opening an ``Environment``.
+public struct EnvironmentOptions: Sendable {
+    /// The initial map size in bytes. The map grows by itself when full, so this is a hint.
+    public var mapSize: Int = 64 << 20
+    /// The most named databases the environment can hold (`mdb_env_set_maxdbs`).
+    public var maxDatabases: UInt32 = 32
+    /// The most concurrent read transactions across all processes (`mdb_env_set_maxreaders`).
+    public var maxReaders: UInt32 = 126
+    /// Commit durability; see ``SyncMode``.
+    public var syncMode: SyncMode = .full
+    /// Open the environment read-only.
+    public var readOnly: Bool = false
+    /// The permissions of newly created files.
+    public var fileMode: mode_t = 0o644
+
+    public init() {}
+}
+
+/// Statistics of a database or of the whole environment (`MDB_stat`).
+public struct DatabaseStats: Sendable, Hashable {
+    public var pageSize: Int
+    public var depth: Int
+    public var branchPages: Int
+    public var leafPages: Int
+    public var overflowPages: Int
+    public var entries: Int
+
+    init(_ s: MDB_stat) {
+        pageSize = Int(s.ms_psize)
+        depth = Int(s.ms_depth)
+        branchPages = s.ms_branch_pages
+        leafPages = s.ms_leaf_pages
+        overflowPages = s.ms_overflow_pages
+        entries = s.ms_entries
+    }
+}
+
+/// An LMDB environment: one memory-mapped store holding any number of named databases.
+///
+/// Transactions are closure-scoped: ``read(_:)`` and ``write(_:)`` begin one, hand it to the
+/// closure, and end it when the closure returns. A write commits on normal return and aborts when
+/// the closure throws. Neither kind may escape its closure.
+///
+/// The map grows by itself. When a write runs out of map space, the transaction is aborted, the
+/// map is doubled while no transaction of this process is alive, and the whole closure runs
+/// again — so **a write closure may run more than once** and must not have side effects outside
+/// its transaction. Callers never see `MDB_MAP_FULL`.
+///
+/// ```swift
+/// let env = try Environment(path: "/tmp/store")
+/// let items = try env.openDatabase("items")
+/// try env.write { txn in try txn.put([1], [42], in: items) }
+/// let value = try env.read { txn in txn.get([1], in: items).map(Array.init) }
+/// ```
+///
+/// Rules LMDB imposes and this type enforces:
+/// - Environments are opened with `MDB_NOTLS`, so read transactions are not tied to a thread.
+/// - A write transaction must end on the thread that began it; write closures are synchronous.
+/// - Nesting a write inside another write on the same thread is a programming error (it would
+///   deadlock on LMDB's writer lock) and traps.
+public final class Environment: @unchecked Sendable {
+    // @unchecked: the MDB_env handle is thread-safe under MDB_NOTLS (LMDB serialises writers
+    // with its own mutex); `writerStatus` is only touched by the thread that holds LMDB's writer
+    // lock; map resizing is guarded by `resizeLock`.
+
+    /// The raw `MDB_env*`, for code that needs an `mdb_*` call this wrapper does not offer.
+    public let handle: OpaquePointer
+    /// The folder the environment lives in.
+    public let path: String
+    /// The options it was opened with.
+    public let options: EnvironmentOptions
+
+    private let resizeLock = ReadWriteLock()
+    /// Per thread, how many transactions of this environment it holds (to refuse, rather than
+    /// deadlock, a map resize requested while the same thread still holds a transaction).
+    private let depthKey: pthread_key_t
+    /// The first LMDB error seen inside the current write transaction.
+    private let writerStatus: UnsafeMutablePointer<Int32>
+    private let pageSize: Int
+
+    /// Opens (creating if needed) the environment in the folder at `path`.
+    ///
+    /// Stale reader slots left by dead processes are cleared on open (`mdb_reader_check`).
+    public init(path: String, options: EnvironmentOptions = EnvironmentOptions()) throws(LMDBError) {
+        if !options.readOnly {
+            // The folder must exist before mdb_env_open; an existing one is fine.
+            _ = mkdir(path, 0o755)
+        }
+        var env: OpaquePointer?
+        try check(mdb_env_create(&env), "mdb_env_create")
+        guard let env else { throw LMDBError(code: ENOMEM, operation: "mdb_env_create") }
+        do {
+            try check(mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases)), "mdb_env_set_maxdbs")
+            try check(mdb_env_set_maxreaders(env, options.maxReaders), "mdb_env_set_maxreaders")
+            try check(mdb_env_set_mapsize(env, options.mapSize), "mdb_env_set_mapsize")
+            var flags = UInt32(MDB_NOTLS)
+            switch options.syncMode {
+            case .full: break
+            case .noMetaSync: flags |= UInt32(MDB_NOMETASYNC)
+            case .noSync: flags |= UInt32(MDB_NOSYNC)
+            }
+            if options.readOnly { flags |= UInt32(MDB_RDONLY) }
+            try check(mdb_env_open(env, path, flags, options.fileMode), "mdb_env_open(\(path))")
+            var dead: Int32 = 0
+            try check(mdb_reader_check(env, &dead), "mdb_reader_check")
+        } catch {
+            // lmdb.h: "If this function fails, mdb_env_close() must be called to discard the
+            // MDB_env handle" — and that holds for any failure after mdb_env_create.
+            mdb_env_close(env)
+            throw error
+        }
+        var stat = MDB_stat()
+        mdb_env_stat(env, &stat)
+        self.pageSize = Int(stat.ms_psize)
+        self.handle = env
+        self.path = path
+        self.options = options
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        self.depthKey = key
+        self.writerStatus = .allocate(capacity: 1)
+        writerStatus.initialize(to: 0)
+    }
+
+    deinit {
+        mdb_env_close(handle)
+        pthread_key_delete(depthKey)
+        writerStatus.deallocate()
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in a read-only snapshot transaction.
+    ///
+    /// The snapshot is consistent and never blocks the writer. Memory lent by the transaction
+    /// (values returned by `get` and cursors) is valid only inside `body`.
+    ///
+    /// - Complexity: O(1) to begin and end, plus whatever `body` does.
+    public func read<R>(_ body: (ReadTransaction) throws -> R) throws -> R {
+        while true {
+            enter()
+            var txn: OpaquePointer?
+            let rc = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn)
+            if rc == MDB_MAP_RESIZED {
+                leave()
+                try adoptResizedMap()
+                continue
+            }
+            guard rc == 0, let txn else {
+                leave()
+                throw LMDBError(code: rc, operation: "mdb_txn_begin(read)")
+            }
+            defer {
+                mdb_txn_abort(txn)
+                leave()
+            }
+            return try body(ReadTransaction(handle: txn))
+        }
+    }
+
+    /// Runs `body` in a write transaction: commits when it returns, aborts when it throws.
+    ///
+    /// If the map fills up, the transaction is aborted, the map grows, and `body` runs again from
+    /// the start; `body` must therefore be free of side effects outside the transaction.
+    ///
+    /// - Complexity: O(1) plus `body`, plus one `fdatasync` under ``SyncMode/full``.
+    public func write<R>(_ body: (WriteTransaction) throws -> R) throws -> R {
+        precondition(depth & 1 == 0, "LMDB: a write transaction was begun inside another write transaction on the same thread")
+        while true {
+            let mapSize = try growIfNearlyFull()
+            enter(writing: true)
+            var txn: OpaquePointer?
+            var rc = mdb_txn_begin(handle, nil, 0, &txn)
+            if rc == MDB_MAP_RESIZED {
+                leave(writing: true)
+                try adoptResizedMap()
+                continue
+            }
+            guard rc == 0, let txn else {
+                leave(writing: true)
+                throw LMDBError(code: rc, operation: "mdb_txn_begin(write)")
+            }
+            writerStatus.pointee = 0
+            let result: R
+            do {
+                result = try body(WriteTransaction(handle: txn, status: writerStatus))
+            } catch {
+                let status = writerStatus.pointee
+                mdb_txn_abort(txn)
+                leave(writing: true)
+                if status == MDB_MAP_FULL {
+                    try grow(from: mapSize)
+                    continue
+                }
+                throw error
+            }
+            let status = writerStatus.pointee
+            if status != 0 {
+                // The closure swallowed an LMDB error: the transaction is unusable, so nothing
+                // of it may be committed.
+                mdb_txn_abort(txn)
+                leave(writing: true)
+                if status == MDB_MAP_FULL {
+                    try grow(from: mapSize)
+                    continue
+                }
+                throw LMDBError(code: status, operation: "write transaction")
+            }
+            // mdb_txn_commit frees the transaction whether or not it succeeds: never abort after it.
+            rc = mdb_txn_commit(txn)
+            leave(writing: true)
+            if rc == MDB_MAP_FULL {
+                try grow(from: mapSize)
+                continue
+            }
+            try check(rc, "mdb_txn_commit")
+            return result
+        }
+    }
+
+    /// Opens (or creates) a named database; `nil` names the main database.
+    ///
+    /// Database handles stay valid for the life of the environment.
+    public func openDatabase(_ name: String?, create: Bool = true) throws -> Database {
+        if create && !options.readOnly {
+            return try write { try $0.openDatabase(name, create: true) }
+        }
+        // A handle opened in a read-only transaction survives only if that transaction is
+        // committed (an abort closes it), so this one does not go through `read`.
+        enter()
+        defer { leave() }
+        var txn: OpaquePointer?
+        try check(mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin(read)")
+        var dbi = MDB_dbi()
+        let rc = mdb_dbi_open(txn, name, 0, &dbi)
+        if rc != 0 {
+            mdb_txn_abort(txn)
+            throw LMDBError(code: rc, operation: "mdb_dbi_open(\(name ?? "main"))")
+        }
+        try check(mdb_txn_commit(txn), "mdb_txn_commit")
+        return Database(dbi: dbi)
+    }
+
+    // MARK: Maintenance
+
+    /// Flushes buffered commits to disk (`mdb_env_sync` with force), for ``SyncMode/noSync``.
+    public func sync() throws(LMDBError) {
+        try check(mdb_env_sync(handle, 1), "mdb_env_sync")
+    }
+
+    /// Copies the environment to the (existing, empty) folder `path`, optionally compacting it
+    /// (free pages are omitted and the copy renumbered). Safe while the environment is in use.
+    public func copy(to path: String, compact: Bool = true) throws(LMDBError) {
+        try check(mdb_env_copy2(handle, path, compact ? UInt32(MDB_CP_COMPACT) : 0), "mdb_env_copy2(\(path))")
+    }
+
+    /// Statistics of the main database: page size, depth, page counts.
+    public func stats() -> DatabaseStats {
+        var s = MDB_stat()
+        mdb_env_stat(handle, &s)
+        return DatabaseStats(s)
+    }
+
+    /// The current map size in bytes.
+    public var mapSize: Int { info().me_mapsize }
+
+    /// The bytes in use: pages up to the last one written.
+    public var usedBytes: Int { (info().me_last_pgno + 1) * pageSize }
+
+    private func info() -> MDB_envinfo {
+        var i = MDB_envinfo()
+        mdb_env_info(handle, &i)
+        return i
+    }
+
+    // MARK: Map growth
+
+    private var depth: Int {
+        get { Int(bitPattern: pthread_getspecific(depthKey)) }
+        set { pthread_setspecific(depthKey, UnsafeRawPointer(bitPattern: newValue)) }
+    }
+
+    /// Takes the resize lock shared and counts the transaction in this thread's depth
+    /// (bit 0: a write is open; higher bits: number of reads).
+    private func enter(writing: Bool = false) {
+        resizeLock.lockShared()
+        depth += writing ? 1 : 2
+    }
+
+    private func leave(writing: Bool = false) {
+        depth -= writing ? 1 : 2
+        resizeLock.unlock()
+    }
+
+    /// Grows the map before a write when it is three-quarters used, so that most writes never
+    /// have to be retried. Returns the map size the write starts with.
+    private func growIfNearlyFull() throws -> Int {
+        let i = info()
+        let used = (i.me_last_pgno + 1) * pageSize
+        if used > i.me_mapsize / 4 * 3 {
+            try grow(from: i.me_mapsize)
+            return info().me_mapsize
+        }
+        return i.me_mapsize
+    }
+
+    /// Doubles the map, unless another writer already grew it past `size`.
+    private func grow(from size: Int) throws {
+        try exclusively {
+            let current = info().me_mapsize
+            guard current <= size else { return }
+            try check(mdb_env_set_mapsize(handle, current * 2), "mdb_env_set_mapsize")
+        }
+    }
+
+    /// Another process grew the map: adopt its size (`mdb_env_set_mapsize(env, 0)`).
+    private func adoptResizedMap() throws {
+        try exclusively {
+            try check(mdb_env_set_mapsize(handle, 0), "mdb_env_set_mapsize(0)")
+        }
+    }
+
+    private func exclusively(_ body: () throws -> Void) throws {
+        guard depth == 0 else {
+            // Waiting for the exclusive lock would wait for ourselves.
+            throw LMDBError(code: MDB_MAP_FULL, operation: "map resize while this thread holds a transaction of the same store")
+        }
+        resizeLock.lockExclusive()
+        defer { resizeLock.unlock() }
+        try body()
+    }
+}

@@ -1,0 +1,38 @@
+import CLMDB
+
+/// An error returned by LMDB, with its numeric code and LMDB's own description.
+///
+/// `MDB_NOTFOUND` is never thrown: lookups that find nothing return `nil` instead.
+public struct LMDBError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The raw code returned by the `mdb_*` call (an LMDB code such as `MDB_MAP_FULL`, or an `errno`).
+    public let code: Int32
+    /// The operation that failed, for example `"mdb_put"`.
+    public let operation: String
+
+    public init(code: Int32, operation: String) {
+        self.code = code
+        self.operation = operation
+    }
+
+    /// LMDB's description of ``code``.
+    public var message: String { String(cString: mdb_strerror(code)) }
+
+    public var description: String { "\(operation) failed: \(message) (\(code))" }
+
+    /// The map is full; ``Environment`` grows the map and retries, so callers never see this.
+    public static let mapFull = MDB_MAP_FULL
+    /// A key passed with `noOverwrite` already exists.
+    public static let keyExists = MDB_KEYEXIST
+    /// Another process grew the map.
+    public static let mapResized = MDB_MAP_RESIZED
+
+    /// Whether this error is `MDB_KEYEXIST`.
+    public var isKeyExists: Bool { code == MDB_KEYEXIST }
+}
+
+/// Turns an `mdb_*` return code into a thrown ``LMDBError``.
+@inline(__always)
+@usableFromInline
+func check(_ rc: Int32, _ operation: @autoclosure () -> String) throws(LMDBError) {
+    if rc != 0 { throw LMDBError(code: rc, operation: operation()) }
+}

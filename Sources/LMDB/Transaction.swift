@@ -1,0 +1,215 @@
+import CLMDB
+
+/// A named database inside an ``Environment``. The handle is valid for the environment's life.
+public struct Database: Sendable, Hashable {
+    /// The raw `MDB_dbi`.
+    public let dbi: MDB_dbi
+}
+
+/// Flags for ``WriteTransaction/put(_:_:in:flags:)``.
+public struct PutFlags: OptionSet, Sendable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    /// Fail with `MDB_KEYEXIST` instead of replacing an existing key.
+    public static let noOverwrite = PutFlags(rawValue: UInt32(MDB_NOOVERWRITE))
+    /// The key is greater than every key in the database (`MDB_APPEND`): a fast append to the
+    /// last page. A key out of order fails with `MDB_KEYEXIST`.
+    public static let append = PutFlags(rawValue: UInt32(MDB_APPEND))
+}
+
+/// A key-value pair lent by LMDB. The memory is valid until the transaction ends or, in a write
+/// transaction, until the next write.
+public typealias Entry = (key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)
+
+@inline(__always)
+@usableFromInline
+func mdbVal(_ buffer: UnsafeRawBufferPointer) -> MDB_val {
+    MDB_val(mv_size: buffer.count, mv_data: UnsafeMutableRawPointer(mutating: buffer.baseAddress))
+}
+
+@inline(__always)
+func bytes(_ val: MDB_val) -> UnsafeRawBufferPointer {
+    UnsafeRawBufferPointer(start: val.mv_data, count: val.mv_size)
+}
+
+/// Lends the bytes of `array` to `body`, keeping `body`'s typed error.
+@inlinable
+public func withBytes<R, E: Error>(_ array: [UInt8], _ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+    let result: Result<R, E> = array.withUnsafeBytes { b in Result { () throws(E) in try body(b) } }
+    return try result.get()
+}
+
+/// Read operations, shared by read-only and write transactions.
+public protocol ReadableTransaction {
+    /// The raw `MDB_txn*`. Valid only inside the closure that lent the transaction.
+    var handle: OpaquePointer { get }
+}
+
+extension ReadableTransaction {
+    /// The value stored under `key`, or `nil` when there is none.
+    ///
+    /// The returned memory points into the map: it is valid until the transaction ends (and in
+    /// a write transaction, until the next write). Copy it out to keep it.
+    ///
+    /// - Complexity: O(log n).
+    @inlinable
+    public func get(_ key: UnsafeRawBufferPointer, in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? {
+        var k = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        var v = MDB_val()
+        let rc = mdb_get(handle, db.dbi, &k, &v)
+        if rc == MDB_NOTFOUND { return nil }
+        try check(rc, "mdb_get")
+        return UnsafeRawBufferPointer(start: v.mv_data, count: v.mv_size)
+    }
+
+    /// The value stored under `key`, or `nil`; see ``get(_:in:)-(UnsafeRawBufferPointer,_)``.
+    public func get(_ key: [UInt8], in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? {
+        try withBytes(key) { (k) throws(LMDBError) in try get(k, in: db) }
+    }
+
+    /// Runs `body` with a cursor over `db`; the cursor is closed when `body` returns.
+    public func withCursor<R>(_ db: Database, _ body: (inout Cursor) throws -> R) throws -> R {
+        var c: OpaquePointer?
+        try check(mdb_cursor_open(handle, db.dbi, &c), "mdb_cursor_open")
+        // A write transaction's commit frees its cursors, so the cursor is closed here, before
+        // the transaction can end.
+        defer { mdb_cursor_close(c) }
+        var cursor = Cursor(handle: c!)
+        return try body(&cursor)
+    }
+
+    /// Statistics of `db`, including its number of entries.
+    public func stats(_ db: Database) throws(LMDBError) -> DatabaseStats {
+        var s = MDB_stat()
+        try check(mdb_stat(handle, db.dbi, &s), "mdb_stat")
+        return DatabaseStats(s)
+    }
+}
+
+/// A read-only snapshot transaction, lent by ``Environment/read(_:)``. Never let it escape.
+public struct ReadTransaction: ReadableTransaction {
+    public let handle: OpaquePointer
+}
+
+@available(*, unavailable, message: "transactions never leave their closure")
+extension ReadTransaction: Sendable {}
+
+/// A write transaction, lent by ``Environment/write(_:)``. Never let it escape.
+///
+/// Any LMDB error in a write marks the transaction failed: it will be aborted even if the
+/// closure catches the error, so a half-applied write can never be committed.
+public struct WriteTransaction: ReadableTransaction {
+    public let handle: OpaquePointer
+    let status: UnsafeMutablePointer<Int32>
+
+    /// Records the first failure of this transaction, then throws it.
+    @usableFromInline
+    func fail(_ rc: Int32, _ operation: String) throws(LMDBError) -> Never {
+        if status.pointee == 0 { status.pointee = rc }
+        throw LMDBError(code: rc, operation: operation)
+    }
+
+    /// Stores `value` under `key`.
+    ///
+    /// - Complexity: O(log n); O(1) amortised with `.append`.
+    @inlinable
+    public func put(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer, in db: Database, flags: PutFlags = []) throws(LMDBError) {
+        var k = mdbVal(key)
+        var v = mdbVal(value)
+        let rc = mdb_put(handle, db.dbi, &k, &v, flags.rawValue)
+        if rc != 0 { try fail(rc, "mdb_put") }
+    }
+
+    /// Stores `value` under `key`; see ``put(_:_:in:flags:)-(UnsafeRawBufferPointer,_,_,_)``.
+    public func put(_ key: [UInt8], _ value: [UInt8], in db: Database, flags: PutFlags = []) throws(LMDBError) {
+        try withBytes(key) { (k) throws(LMDBError) in
+            try withBytes(value) { (v) throws(LMDBError) in try put(k, v, in: db, flags: flags) }
+        }
+    }
+
+    /// Deletes `key`. Returns `false` when there was no such key.
+    ///
+    /// - Complexity: O(log n).
+    @discardableResult
+    @inlinable
+    public func delete(_ key: UnsafeRawBufferPointer, in db: Database) throws(LMDBError) -> Bool {
+        var k = mdbVal(key)
+        let rc = mdb_del(handle, db.dbi, &k, nil)
+        if rc == MDB_NOTFOUND { return false }
+        if rc != 0 { try fail(rc, "mdb_del") }
+        return true
+    }
+
+    /// Deletes `key`; see ``delete(_:in:)-(UnsafeRawBufferPointer,_)``.
+    @discardableResult
+    public func delete(_ key: [UInt8], in db: Database) throws(LMDBError) -> Bool {
+        try withBytes(key) { (k) throws(LMDBError) in try delete(k, in: db) }
+    }
+
+    /// Removes every entry of `db`, keeping the database itself.
+    public func clear(_ db: Database) throws(LMDBError) {
+        let rc = mdb_drop(handle, db.dbi, 0)
+        if rc != 0 { try fail(rc, "mdb_drop") }
+    }
+
+    /// Opens (or creates) a named database. The handle is usable by every transaction once this
+    /// one commits.
+    public func openDatabase(_ name: String?, create: Bool = true) throws(LMDBError) -> Database {
+        var dbi = MDB_dbi()
+        let rc = mdb_dbi_open(handle, name, create ? UInt32(MDB_CREATE) : 0, &dbi)
+        if rc != 0 { try fail(rc, "mdb_dbi_open(\(name ?? "main"))") }
+        return Database(dbi: dbi)
+    }
+
+    /// A view of this transaction as a reader, for code written against ``ReadTransaction``.
+    public var reader: ReadTransaction { ReadTransaction(handle: handle) }
+}
+
+@available(*, unavailable, message: "transactions never leave their closure")
+extension WriteTransaction: Sendable {}
+
+/// A cursor over one database, lent by ``ReadableTransaction/withCursor(_:_:)``.
+///
+/// Positioning methods return the entry under the cursor, or `nil` when there is none. The
+/// memory of an entry is valid until the cursor moves or the transaction writes.
+public struct Cursor {
+    let handle: OpaquePointer
+
+    @inline(__always)
+    private func get(_ op: MDB_cursor_op) throws(LMDBError) -> Entry? {
+        var k = MDB_val()
+        var v = MDB_val()
+        let rc = mdb_cursor_get(handle, &k, &v, op)
+        if rc == MDB_NOTFOUND { return nil }
+        try check(rc, "mdb_cursor_get")
+        return (bytes(k), bytes(v))
+    }
+
+    /// Moves to the first entry. - Complexity: O(log n).
+    public mutating func first() throws(LMDBError) -> Entry? { try get(MDB_FIRST) }
+    /// Moves to the last entry. - Complexity: O(log n).
+    public mutating func last() throws(LMDBError) -> Entry? { try get(MDB_LAST) }
+    /// Moves to the next entry. - Complexity: amortised O(1).
+    public mutating func next() throws(LMDBError) -> Entry? { try get(MDB_NEXT) }
+    /// Moves to the previous entry. - Complexity: amortised O(1).
+    public mutating func previous() throws(LMDBError) -> Entry? { try get(MDB_PREV) }
+    /// The entry under the cursor.
+    public func current() throws(LMDBError) -> Entry? { try get(MDB_GET_CURRENT) }
+
+    /// Moves to the first entry whose key is greater than or equal to `key` (`MDB_SET_RANGE`).
+    ///
+    /// - Complexity: O(log n).
+    public mutating func seek(atLeast key: UnsafeRawBufferPointer) throws(LMDBError) -> Entry? {
+        var k = mdbVal(key)
+        var v = MDB_val()
+        let rc = mdb_cursor_get(handle, &k, &v, MDB_SET_RANGE)
+        if rc == MDB_NOTFOUND { return nil }
+        try check(rc, "mdb_cursor_get(MDB_SET_RANGE)")
+        return (bytes(k), bytes(v))
+    }
+
+    /// Moves to the first entry whose key is greater than or equal to `key`.
+    public mutating func seek(atLeast key: [UInt8]) throws(LMDBError) -> Entry? {
+        try withBytes(key) { (k) throws(LMDBError) in try seek(atLeast: k) }
+    }
+}

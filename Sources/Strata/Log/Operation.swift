@@ -1,0 +1,97 @@
+import Foundation
+
+/// One entry of the operation log, decoded.
+///
+/// An operation records what a row *is* after it: for every field it touched, the new current
+/// value and the original (server-confirmed) value, plus the row's new pending state.
+public struct Operation: Sendable, Hashable {
+    /// What kind of edit produced the operation.
+    public enum Kind: UInt8, Sendable, Codable, CustomStringConvertible {
+        case insert = 1
+        case update = 2
+        case delete = 3
+        case revertField = 4
+        case revertRow = 5
+        case revertTable = 6
+        case acknowledge = 7
+
+        public var description: String {
+            switch self {
+            case .insert: "insert"
+            case .update: "update"
+            case .delete: "delete"
+            case .revertField: "revert field"
+            case .revertRow: "revert row"
+            case .revertTable: "revert table"
+            case .acknowledge: "acknowledge"
+            }
+        }
+    }
+
+    /// Where an operation was made.
+    public enum Origin: UInt8, Sendable, Codable {
+        /// An edit made on this device.
+        case local = 0
+        /// A change applied from the server.
+        case server = 1
+    }
+
+    /// One field as the operation left it.
+    public struct FieldChange: Sendable, Hashable {
+        public let field: String
+        /// The value the server last confirmed (equal to ``current`` when the field is unchanged).
+        public let original: Value
+        /// The value the app sees after the operation.
+        public let current: Value
+        /// Whether the field differs from its original after the operation.
+        public var isChanged: Bool { original != current }
+    }
+
+    /// The log sequence number: dense, increasing, the operation's position in the log.
+    public let lsn: UInt64
+    /// The transaction the operation belongs to; all operations of one `write` share it.
+    public let transactionID: UInt64
+    /// When the transaction began.
+    public let timestamp: Date
+    public let origin: Origin
+    public let kind: Kind
+    public let table: String
+    public let key: RowKey
+    /// The catalog version the operation was written under.
+    public let schemaVersion: UInt64
+    /// The fields the operation set, in field order.
+    public let changes: [FieldChange]
+    /// Whether the row no longer exists after the operation.
+    public let removesRow: Bool
+    /// Whether the row is a local insert not yet acknowledged, after the operation.
+    public let isPendingInsert: Bool
+    /// Whether the row is a local delete not yet acknowledged, after the operation.
+    public let isPendingDelete: Bool
+
+    /// Decodes the operation stored at `lsn`.
+    init(lsn: UInt64, record: UnsafeRawBufferPointer, catalog: Catalog) throws(StrataError) {
+        let h = try OperationHeader(record)
+        guard let kind = Kind(rawValue: h.kind) else { throw StrataError(.corruptRecord, "operation \(lsn) has unknown kind \(h.kind)") }
+        guard let origin = Origin(rawValue: h.origin) else { throw StrataError(.corruptRecord, "operation \(lsn) has unknown origin \(h.origin)") }
+        let t = try catalog.table(id: h.tableID(in: record))
+        var changes: [FieldChange] = []
+        var r = ByteReader(record, offset: h.entriesStart)
+        while let e = try r.nextEntry() {
+            let current = try Value(decoding: UnsafeRawBufferPointer(rebasing: record[e.current]))
+            let original = e.isDirty ? try Value(decoding: UnsafeRawBufferPointer(rebasing: record[e.original])) : current
+            changes.append(FieldChange(field: t.fieldName(e.id), original: original, current: current))
+        }
+        self.lsn = lsn
+        self.transactionID = h.txnID
+        self.timestamp = Date(timeIntervalSince1970: Double(h.timestampMicros) / 1_000_000)
+        self.origin = origin
+        self.kind = kind
+        self.table = t.name
+        self.key = try t.decodeKey(UnsafeRawBufferPointer(rebasing: record[h.target]))
+        self.schemaVersion = h.schemaVersion
+        self.changes = changes
+        self.removesRow = h.flagsAfter.contains(.gone)
+        self.isPendingInsert = h.flagsAfter.contains(.inserted)
+        self.isPendingDelete = h.flagsAfter.contains(.deleted)
+    }
+}

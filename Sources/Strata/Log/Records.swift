@@ -1,0 +1,209 @@
+/// The binary records of the `log` and `rows` databases.
+///
+/// Both are built from the same **field entry**:
+///
+///     varint fieldID, u8 state, value…       state 0 = clean:  one value (original == current)
+///                                            state 1 = dirty:  two values, original then current
+///
+/// A **row state** (value in `rows`) is `u8 flags, varint lastLSN` followed by the row's field
+/// entries in field-id order; null clean fields are left out, and key fields live in the key.
+///
+/// An **operation** (value in `log`) is
+///
+///     u8 format, u8 kind, u8 origin, varint txnID, varint timestamp (µs since 1970),
+///     varint schemaVersion, varint targetLength, target (the `rows` key), u8 flagsAfter,
+///     field entries in field-id order
+///
+/// and says what the row *is* after the operation: the new entry of every field it touched (a
+/// clean null entry removes the field) and the row's new flags (`gone` removes the row). Applying
+/// an operation is therefore mechanical — see ``RowFold`` — and the rules that decide what an edit
+/// does live only in the write path (`EditRules.swift`).
+enum RecordFormat {
+    /// The current format of operation records.
+    static let operationFormat: UInt8 = 1
+}
+
+/// Row flags, stored in the row state and (as the state after) in each operation.
+struct RowFlags: OptionSet, Sendable {
+    let rawValue: UInt8
+    /// Inserted locally and not yet acknowledged by the server.
+    static let inserted = RowFlags(rawValue: 1)
+    /// Deleted locally and not yet acknowledged; the row keeps its server values.
+    static let deleted = RowFlags(rawValue: 2)
+    /// The server and the device changed a field differently; upload is held back.
+    static let conflicted = RowFlags(rawValue: 4)
+    /// Only in operations: the row no longer exists after this operation.
+    static let gone = RowFlags(rawValue: 0x80)
+}
+
+/// A field entry located in a buffer: byte ranges, nothing decoded.
+struct FieldEntry {
+    var id: Int
+    var isDirty: Bool
+    /// The original (server-confirmed) value; the same range as `current` when clean.
+    var original: Range<Int>
+    var current: Range<Int>
+    /// The whole entry, to copy it verbatim.
+    var whole: Range<Int>
+}
+
+extension ByteReader {
+    /// Reads the next field entry, or `nil` at the end of the buffer.
+    @inline(__always)
+    mutating func nextEntry() throws(StrataError) -> FieldEntry? {
+        if isAtEnd { return nil }
+        let start = offset
+        let id = try varint()
+        guard id < 1 << 31 else { throw corrupt("field id \(id) out of range") }
+        let state = try byte()
+        switch state {
+        case 0:
+            let v = try skipValue()
+            return FieldEntry(id: Int(id), isDirty: false, original: v, current: v, whole: start..<offset)
+        case 1:
+            let o = try skipValue()
+            let c = try skipValue()
+            return FieldEntry(id: Int(id), isDirty: true, original: o, current: c, whole: start..<offset)
+        default:
+            throw corrupt("unknown field state \(state)")
+        }
+    }
+}
+
+extension ByteWriter {
+    /// Appends a clean field entry (original == current) from encoded value bytes.
+    @inline(__always)
+    mutating func appendCleanEntry(_ id: Int, _ value: UnsafeRawBufferPointer) {
+        appendVarint(UInt64(id))
+        append(0)
+        append(value)
+    }
+
+    /// Appends a dirty field entry from encoded original and current bytes.
+    @inline(__always)
+    mutating func appendDirtyEntry(_ id: Int, original: UnsafeRawBufferPointer, current: UnsafeRawBufferPointer) {
+        appendVarint(UInt64(id))
+        append(1)
+        append(original)
+        append(current)
+    }
+}
+
+/// The header of a row state record.
+struct RowHeader {
+    var flags: RowFlags
+    var lastLSN: UInt64
+    /// Where the field entries start.
+    var entriesStart: Int
+
+    init(_ record: UnsafeRawBufferPointer) throws(StrataError) {
+        var r = ByteReader(record)
+        flags = RowFlags(rawValue: try r.byte())
+        lastLSN = try r.varint()
+        entriesStart = r.offset
+    }
+}
+
+/// The header of an operation record.
+struct OperationHeader {
+    var format: UInt8
+    var kind: UInt8
+    var origin: UInt8
+    var txnID: UInt64
+    var timestampMicros: UInt64
+    var schemaVersion: UInt64
+    /// The `rows` key of the row the operation applies to.
+    var target: Range<Int>
+    var flagsAfter: RowFlags
+    var entriesStart: Int
+
+    init(_ record: UnsafeRawBufferPointer) throws(StrataError) {
+        var r = ByteReader(record)
+        format = try r.byte()
+        guard format == RecordFormat.operationFormat else {
+            throw StrataError(.formatVersion, "an operation has format \(format); this version of Strata reads format \(RecordFormat.operationFormat)")
+        }
+        kind = try r.byte()
+        origin = try r.byte()
+        txnID = try r.varint()
+        timestampMicros = try r.varint()
+        schemaVersion = try r.varint()
+        let n = try r.varint()
+        guard n >= 4, n <= UInt64(r.remaining) else { throw r.corrupt("operation target length \(n)") }
+        target = r.offset..<r.offset + Int(n)
+        r.offset += Int(n)
+        flagsAfter = RowFlags(rawValue: try r.byte())
+        entriesStart = r.offset
+    }
+
+    /// The table id: the first four bytes of the target, big-endian.
+    func tableID(in record: UnsafeRawBufferPointer) -> UInt32 {
+        var id: UInt32 = 0
+        for i in 0..<4 { id = id << 8 | UInt32(record[target.lowerBound + i]) }
+        return id
+    }
+}
+
+/// Applies an operation to a row state. Used by the write path and by rebuild alike, so a
+/// rebuilt view is the live view, byte for byte.
+enum RowFold {
+    /// Writes the row state that results from applying `op` (at `lsn`) to `old` into `out`.
+    ///
+    /// Returns `nil` when the row is gone, otherwise whether the row is pending (inserted,
+    /// deleted, conflicted, or with at least one dirty field).
+    ///
+    /// - Complexity: O(number of fields of the row and of the operation).
+    static func apply(
+        old: UnsafeRawBufferPointer?, op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64,
+        into out: inout ByteWriter
+    ) throws(StrataError) -> Bool? {
+        out.reset()
+        if header.flagsAfter.contains(.gone) { return nil }
+        out.append(header.flagsAfter.rawValue)
+        out.appendVarint(lsn)
+
+        var dirty = 0
+        var a = ByteReader(op, offset: header.entriesStart)
+        var b: ByteReader
+        if let old {
+            b = ByteReader(old, offset: try RowHeader(old).entriesStart)
+        } else {
+            b = ByteReader(UnsafeRawBufferPointer(start: nil, count: 0))
+        }
+        var x = try a.nextEntry()
+        var y = try b.nextEntry()
+        var lastID = -1
+        // Merge the two id-ordered entry lists; the operation's entry wins on equal ids.
+        while x != nil || y != nil {
+            if let e = x, y == nil || e.id <= y!.id {
+                guard e.id > lastID else { throw a.corrupt("operation fields out of order") }
+                lastID = e.id
+                if let f = y, f.id == e.id { y = try b.nextEntry() }
+                // A clean null entry removes the field.
+                let isNull = !e.isDirty && op[e.current.lowerBound] == ValueTag.null
+                if !isNull {
+                    out.append(UnsafeRawBufferPointer(rebasing: op[e.whole]))
+                    if e.isDirty { dirty += 1 }
+                }
+                x = try a.nextEntry()
+            } else if let f = y {
+                out.append(UnsafeRawBufferPointer(rebasing: old![f.whole]))
+                if f.isDirty { dirty += 1 }
+                y = try b.nextEntry()
+            }
+        }
+        let flags = header.flagsAfter
+        return dirty > 0 || !flags.intersection([.inserted, .deleted, .conflicted]).isEmpty
+    }
+
+    /// Whether a stored row state is pending.
+    static func isPending(_ row: UnsafeRawBufferPointer) throws(StrataError) -> Bool {
+        let h = try RowHeader(row)
+        if !h.flags.intersection([.inserted, .deleted, .conflicted]).isEmpty { return true }
+        var r = ByteReader(row, offset: h.entriesStart)
+        while let e = try r.nextEntry() {
+            if e.isDirty { return true }
+        }
+        return false
+    }
+}

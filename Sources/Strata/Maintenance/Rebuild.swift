@@ -1,0 +1,225 @@
+import Foundation
+import LMDB
+
+/// What ``Store/verify()`` found.
+public struct VerifyReport: Sendable, CustomStringConvertible {
+    /// One entry that differs between the live views and the views rebuilt from the log.
+    public struct Difference: Sendable, Hashable, CustomStringConvertible {
+        /// The view: `rows`, `pending` or `history`.
+        public let view: String
+        /// The row, as `table key` (for `history`, followed by the LSN).
+        public let entry: String
+        /// `missing` (rebuilt has it, live does not), `extra` (live has it, rebuilt does not) or
+        /// `different` (both have it with different content).
+        public let kind: String
+
+        public var description: String { "\(view): \(entry) \(kind)" }
+    }
+
+    /// Operations folded from the log.
+    public let operations: Int
+    /// Per view, the number of entries and a 64-bit FNV-1a digest of the live content.
+    public let live: [String: (entries: Int, digest: UInt64)]
+    /// The same for the views rebuilt from the log.
+    public let rebuilt: [String: (entries: Int, digest: UInt64)]
+    /// The differing entries (at most ``maxDifferences``).
+    public let differences: [Difference]
+
+    /// The most differences a report lists.
+    public static let maxDifferences = 100
+
+    /// Whether the live views equal the log's fold, byte for byte.
+    public var isConsistent: Bool { differences.isEmpty && live.keys.allSatisfy { live[$0]! == rebuilt[$0]! } }
+
+    public var description: String {
+        if isConsistent { return "consistent: \(operations) operations, views equal the log's fold" }
+        return "INCONSISTENT: \(differences.count) difference(s):\n" + differences.map { "  \($0)" }.joined(separator: "\n")
+    }
+}
+
+extension Store {
+    /// Drops the views (`rows`, `pending`, `history`) and folds the whole log again, in one write
+    /// transaction. Returns the number of operations folded.
+    ///
+    /// - Complexity: O(m log n) for m operations in the log.
+    @discardableResult
+    public func rebuild() throws -> Int {
+        try write { tx in
+            let txn = tx.txn
+            try Store.mappingStorageErrors { try views.derived.forEach { try txn.clear($0) } }
+            return try Store.foldLog(from: txn.reader, log: views.log, into: txn, views: views)
+        }
+    }
+
+    /// Rebuilds the views from the log into a scratch store and compares them with the live
+    /// views, entry by entry. The live store is only read; writers may go on meanwhile (the
+    /// comparison uses one snapshot).
+    ///
+    /// - Complexity: O(m log n + v) for m operations and v view entries.
+    public func verify() throws -> VerifyReport {
+        let scratchPath = FileManager.default.temporaryDirectory.appendingPathComponent("strata-verify-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: scratchPath) }
+        var options = EnvironmentOptions()
+        options.syncMode = .noSync
+        options.mapSize = max(env.usedBytes * 2, 16 << 20)
+        return try Store.mappingStorageErrors {
+            let scratch = try Environment(path: scratchPath, options: options)
+            let scratchViews = try scratch.write { try Views.open($0) }
+            return try env.read { live in
+                let catalog = try currentCatalog(live)
+                let count = try scratch.write { txn in
+                    try Store.foldLog(from: live, log: views.log, into: txn, views: scratchViews)
+                }
+                return try scratch.read { rebuilt in
+                    var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
+                    var rebuiltSums = liveSums
+                    var differences: [VerifyReport.Difference] = []
+                    for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("history", views.history, scratchViews.history)] {
+                        let (l, r) = try compare(name, live, a, rebuilt, b, catalog: catalog, into: &differences)
+                        liveSums[name] = l
+                        rebuiltSums[name] = r
+                    }
+                    return VerifyReport(operations: count, live: liveSums, rebuilt: rebuiltSums, differences: differences)
+                }
+            }
+        }
+    }
+
+    /// Folds every operation of `log` (read through `reader`) into the views of `txn`.
+    static func foldLog(from reader: some ReadableTransaction, log: Database, into txn: LMDB.WriteTransaction, views: Views) throws(StrataError) -> Int {
+        var op = ByteWriter(capacity: 512)
+        var row = ByteWriter(capacity: 512)
+        var history = ByteWriter(capacity: 64)
+        var count = 0
+        var previous: UInt64 = 0
+        try reader.scan(log) { c in
+            var e = try c.first()
+            while let entry = e {
+                var r = ByteReader(entry.key)
+                let lsn = try r.bigEndian64()
+                guard lsn > previous else { throw StrataError(.corruptRecord, "the log is out of order at LSN \(lsn)") }
+                previous = lsn
+                // Copied because the writes below may move pages the cursor lent us (when the
+                // reader is `txn` itself, as in an in-place rebuild).
+                op.reset()
+                op.append(entry.value)
+                try op.withUnsafeBytes { (o) throws(StrataError) in
+                    let header = try OperationHeader(o)
+                    let target = UnsafeRawBufferPointer(rebasing: o[header.target])
+                    let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows) }
+                    try views.apply(operation: o, header: header, lsn: lsn, old: old, in: txn, scratch: &row, historyKey: &history)
+                }
+                count += 1
+                e = try c.next()
+            }
+        }
+        return count
+    }
+
+    /// Merge-walks two databases in key order, recording differences and digesting both.
+    private func compare(
+        _ name: String, _ liveTxn: ReadTransaction, _ liveDB: Database, _ rebuiltTxn: ReadTransaction, _ rebuiltDB: Database,
+        catalog: Catalog, into differences: inout [VerifyReport.Difference]
+    ) throws -> ((Int, UInt64), (Int, UInt64)) {
+        var liveDigest = Digest()
+        var rebuiltDigest = Digest()
+        var liveCount = 0
+        var rebuiltCount = 0
+        func note(_ key: UnsafeRawBufferPointer, _ kind: String) {
+            guard differences.count < VerifyReport.maxDifferences else { return }
+            var entry: String
+            if name == "history" && key.count > 8 {
+                entry = catalog.describe(rowsKey: UnsafeRawBufferPointer(rebasing: key[..<(key.count - 8)]))
+                var r = ByteReader(key, offset: key.count - 8)
+                entry += " @\((try? r.bigEndian64()) ?? 0)"
+            } else {
+                entry = catalog.describe(rowsKey: key)
+            }
+            differences.append(.init(view: name, entry: entry, kind: kind))
+        }
+        try liveTxn.withCursor(liveDB) { a in
+            try rebuiltTxn.withCursor(rebuiltDB) { b in
+                var x = try a.first()
+                var y = try b.first()
+                while x != nil || y != nil {
+                    let order: Int
+                    if let l = x, let r = y {
+                        order = l.key.lexicographicallyPrecedes(r.key) ? -1 : r.key.lexicographicallyPrecedes(l.key) ? 1 : 0
+                    } else {
+                        order = x != nil ? -1 : 1
+                    }
+                    if order <= 0, let l = x {
+                        liveDigest.add(l)
+                        liveCount += 1
+                    }
+                    if order >= 0, let r = y {
+                        rebuiltDigest.add(r)
+                        rebuiltCount += 1
+                    }
+                    switch order {
+                    case -1: note(x!.key, "extra")
+                    case 1: note(y!.key, "missing")
+                    default: if !x!.value.elementsEqual(y!.value) { note(x!.key, "different") }
+                    }
+                    if order <= 0 { x = try a.next() }
+                    if order >= 0 { y = try b.next() }
+                }
+            }
+        }
+        return ((liveCount, liveDigest.value), (rebuiltCount, rebuiltDigest.value))
+    }
+}
+
+/// FNV-1a, 64 bits, over length-prefixed keys and values.
+struct Digest {
+    private(set) var value: UInt64 = 0xcbf2_9ce4_8422_2325
+
+    mutating func add(_ bytes: UnsafeRawBufferPointer) {
+        withUnsafeBytes(of: UInt64(bytes.count).littleEndian) { for b in $0 { mix(b) } }
+        for b in bytes { mix(b) }
+    }
+
+    mutating func add(_ entry: Entry) {
+        add(entry.key)
+        add(entry.value)
+    }
+
+    @inline(__always)
+    private mutating func mix(_ b: UInt8) {
+        value = (value ^ UInt64(b)) &* 0x100_0000_01b3
+    }
+}
+
+/// The invariant check behind ``StoreOptions/checkInvariants``.
+enum Invariants {
+    /// Re-folds the row `target` from its history and checks the live `rows` and `pending`
+    /// entries equal the result.
+    static func checkRow(_ target: [UInt8], txn: LMDB.WriteTransaction, views: Views) throws(StrataError) {
+        let lsns = try txn.historyLSNs(of: target, views: views)
+        var state: [UInt8]? = nil
+        var pending = false
+        var out = ByteWriter(capacity: 256)
+        for lsn in lsns {
+            guard let op = try lmdb({ () throws(LMDBError) in try txn.get(Swift.withUnsafeBytes(of: lsn.bigEndian) { Array($0) }, in: views.log) }) else {
+                throw StrataError(.corruptRecord, "invariant: history names LSN \(lsn), missing from the log")
+            }
+            let header = try OperationHeader(op)
+            let result: Bool?
+            if let s = state {
+                result = try withBytes(s) { (o) throws(StrataError) in try RowFold.apply(old: o, op: op, header: header, lsn: lsn, into: &out) }
+            } else {
+                result = try RowFold.apply(old: nil, op: op, header: header, lsn: lsn, into: &out)
+            }
+            state = result == nil ? nil : out.bytes
+            pending = result == true
+        }
+        let live = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows).map(Array.init) }
+        guard live == state else {
+            throw StrataError(.corruptRecord, "invariant: the live row differs from the fold of its \(lsns.count) operations")
+        }
+        let livePending = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.pending) } != nil
+        guard livePending == pending else {
+            throw StrataError(.corruptRecord, "invariant: the pending view says \(livePending), the fold says \(pending)")
+        }
+    }
+}

@@ -1,0 +1,124 @@
+/// A row as stored: its current values, the original (server-confirmed) value of each field, and
+/// its pending state.
+///
+/// A `Row` is a copy: it stays valid after the snapshot that produced it has ended.
+///
+/// ```swift
+/// if let task = try store.read({ try $0.row("tasks", key: 7) }) {
+///     print(task["title"], task.original("title"), task.changedFields, task.status)
+/// }
+/// ```
+public struct Row: Sendable, Hashable, CustomStringConvertible {
+    /// Where a row stands against the server.
+    public enum Status: String, Sendable, Codable {
+        /// Equal to what the server last confirmed.
+        case unchanged
+        /// Inserted on this device, not yet acknowledged by the server.
+        case inserted
+        /// One or more fields changed on this device since the server last confirmed them.
+        case updated
+        /// Deleted on this device, not yet acknowledged. The row holds the server's values.
+        case deleted
+    }
+
+    /// The table the row belongs to.
+    public let table: String
+    /// The row's primary key.
+    public let key: RowKey
+    /// Where the row stands against the server.
+    public let status: Status
+    /// Whether a merge left a conflict on this row that the app has not resolved yet.
+    public let isConflicted: Bool
+    /// The LSN of the last operation that changed the row.
+    public let lastLSN: UInt64
+    /// The row's field names: every declared field of a fixed table, the key fields and the
+    /// fields that hold a value in a property bag.
+    public let fieldNames: [String]
+    let currents: [Value]
+    let originals: [Value]
+
+    /// Whether the row has changes the server has not acknowledged.
+    public var isPending: Bool { status != .unchanged || isConflicted }
+
+    /// The current value of `field`; `null` when the row has no such field.
+    public subscript(field: String) -> Value {
+        guard let i = fieldNames.firstIndex(of: field) else { return .null }
+        return currents[i]
+    }
+
+    /// The value the server last confirmed for `field`: equal to the current value when the field
+    /// is unchanged, and `null` for every field of a row inserted on this device.
+    public func original(_ field: String) -> Value {
+        guard let i = fieldNames.firstIndex(of: field) else { return .null }
+        return originals[i]
+    }
+
+    /// Whether `field`'s current value differs from its original.
+    public func isChanged(_ field: String) -> Bool {
+        guard let i = fieldNames.firstIndex(of: field) else { return false }
+        return currents[i] != originals[i]
+    }
+
+    /// The fields whose current value differs from the original, in field order. For a row
+    /// inserted locally, every field that holds a value.
+    public var changedFields: [String] {
+        fieldNames.indices.filter { currents[$0] != originals[$0] }.map { fieldNames[$0] }
+    }
+
+    /// The current values by field name (null fields included for fixed tables).
+    public var values: [String: Value] {
+        Dictionary(uniqueKeysWithValues: zip(fieldNames, currents))
+    }
+
+    /// The original values by field name.
+    public var originalValues: [String: Value] {
+        Dictionary(uniqueKeysWithValues: zip(fieldNames, originals))
+    }
+
+    public var description: String {
+        let fields = fieldNames.indices.map { i in
+            currents[i] == originals[i] || status == .inserted
+                ? "\(fieldNames[i]): \(currents[i])"
+                : "\(fieldNames[i]): \(originals[i]) → \(currents[i])"
+        }
+        return "\(table) \(key) [\(status.rawValue)\(isConflicted ? ", conflicted" : "")] {\(fields.joined(separator: ", "))}"
+    }
+
+    /// Decodes a row from its `rows` key and record.
+    init(table t: TableInfo, rowsKey: UnsafeRawBufferPointer, record: UnsafeRawBufferPointer) throws(StrataError) {
+        let h = try RowHeader(record)
+        let key = try t.decodeKey(rowsKey)
+        let inserted = h.flags.contains(.inserted)
+        // Per field id: current and original, nil when the record has no entry.
+        var currents = [Value?](repeating: nil, count: t.fieldNames.count)
+        var originals = currents
+        var anyDirty = false
+        var r = ByteReader(record, offset: h.entriesStart)
+        while let e = try r.nextEntry() {
+            guard e.id < currents.count else { throw r.corrupt("field id \(e.id) unknown to table '\(t.name)'") }
+            currents[e.id] = try Value(decoding: UnsafeRawBufferPointer(rebasing: record[e.current]))
+            originals[e.id] = e.isDirty ? try Value(decoding: UnsafeRawBufferPointer(rebasing: record[e.original])) : currents[e.id]
+            anyDirty = anyDirty || e.isDirty
+        }
+        for (i, id) in t.keyFieldIDs.enumerated() {
+            currents[id] = key.values[i]
+            originals[id] = key.values[i]
+        }
+        var names: [String] = []
+        var cur: [Value] = []
+        var orig: [Value] = []
+        for id in t.fieldNames.indices where !t.isPropertyBag || t.definitions[id] != nil || currents[id] != nil {
+            names.append(t.fieldNames[id])
+            cur.append(currents[id] ?? .null)
+            orig.append(inserted ? .null : (originals[id] ?? .null))
+        }
+        self.table = t.name
+        self.key = key
+        self.status = inserted ? .inserted : h.flags.contains(.deleted) ? .deleted : anyDirty ? .updated : .unchanged
+        self.isConflicted = h.flags.contains(.conflicted)
+        self.lastLSN = h.lastLSN
+        self.fieldNames = names
+        self.currents = cur
+        self.originals = orig
+    }
+}

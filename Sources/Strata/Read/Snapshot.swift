@@ -1,0 +1,173 @@
+import LMDB
+
+/// A consistent, read-only view of the store, lent by ``Store/read(_:)`` (or by
+/// ``Transaction/snapshot``, where it also sees the transaction's own edits).
+///
+/// Everything it returns is a copy that may outlive it; the snapshot itself never leaves its
+/// closure.
+public struct Snapshot {
+    let txn: LMDB.ReadTransaction
+    let views: Views
+    let catalog: Catalog
+
+    /// The tables of the store, in creation order.
+    public var tables: [TableSchema] {
+        catalog.tables.values.sorted { $0.id < $1.id }.map(\.schema)
+    }
+
+    /// The schema of `table`, including the fields a property bag has used so far.
+    public func schema(_ table: String) throws -> TableSchema {
+        try catalog.table(named: table).schema
+    }
+
+    /// The LSN of the last committed operation, 0 for an empty log.
+    public var lastLSN: UInt64 {
+        get throws { try txn.lastLSN(in: views) }
+    }
+
+    // MARK: Rows
+
+    /// The row with `key`, or `nil`. Rows deleted locally (pending deletes) are returned only
+    /// with `includingDeleted`.
+    ///
+    /// - Complexity: O(log n).
+    public func row(_ table: String, key: RowKey, includingDeleted: Bool = false) throws -> Row? {
+        let t = try catalog.table(named: table)
+        var k = ByteWriter(capacity: 32)
+        try t.encodeKey(key, into: &k)
+        return try k.withUnsafeBytes { (kb) throws(StrataError) -> Row? in
+            guard let record = try lmdb({ () throws(LMDBError) in try txn.get(kb, in: views.rows) }) else { return nil }
+            let row = try Row(table: t, rowsKey: kb, record: record)
+            return row.status == .deleted && !includingDeleted ? nil : row
+        }
+    }
+
+    /// Calls `body` with every row of `table` in key order; return `false` from `body` to stop.
+    ///
+    /// - Complexity: O(n) for n rows of the table.
+    public func forEachRow(_ table: String, includingDeleted: Bool = false, _ body: (Row) throws -> Bool) throws {
+        let t = try catalog.table(named: table)
+        try scanTable(t, in: views.rows) { k, v in
+            let row = try Row(table: t, rowsKey: k, record: v)
+            if row.status == .deleted && !includingDeleted { return true }
+            return try body(row)
+        }
+    }
+
+    /// Every row of `table` in key order.
+    ///
+    /// - Complexity: O(n) for n rows of the table.
+    public func rows(_ table: String, includingDeleted: Bool = false) throws -> [Row] {
+        var rows: [Row] = []
+        try forEachRow(table, includingDeleted: includingDeleted) { rows.append($0); return true }
+        return rows
+    }
+
+    /// The number of rows of `table` (pending deletes not counted unless `includingDeleted`).
+    ///
+    /// - Complexity: O(n).
+    public func count(_ table: String, includingDeleted: Bool = false) throws -> Int {
+        let t = try catalog.table(named: table)
+        var n = 0
+        try scanTable(t, in: views.rows) { _, v in
+            let deleted = try RowHeader(v).flags.contains(.deleted)
+            if includingDeleted || !deleted { n += 1 }
+            return true
+        }
+        return n
+    }
+
+    /// The rows with changes not yet acknowledged by the server (inserted, updated, deleted or
+    /// conflicted), of one table or of all, in table and key order.
+    ///
+    /// - Complexity: O(p log n) for p pending rows: a range scan of the `pending` view.
+    public func pendingRows(_ table: String? = nil) throws -> [Row] {
+        let tables = try table.map { [try catalog.table(named: $0)] } ?? catalog.tables.values.sorted { $0.id < $1.id }
+        var rows: [Row] = []
+        for t in tables {
+            try scanTable(t, in: views.pending) { k, _ in
+                guard let record = try lmdb({ () throws(LMDBError) in try txn.get(k, in: views.rows) }) else {
+                    throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: k)), which has no row")
+                }
+                rows.append(try Row(table: t, rowsKey: k, record: record))
+                return true
+            }
+        }
+        return rows
+    }
+
+    /// Calls `body(key, value)` for every entry of `db` whose key starts with the table's id.
+    func scanTable(_ t: TableInfo, in db: Database, _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool) throws {
+        var prefix = ByteWriter(capacity: 4)
+        prefix.appendBigEndian(t.id)
+        try txn.scan(db) { c in
+            var e = try c.seek(atLeast: prefix.bytes)
+            while let entry = e, entry.key.starts(with: prefix.bytes) {
+                guard try body(entry.key, entry.value) else { return }
+                e = try c.next()
+            }
+        }
+    }
+
+    // MARK: The log
+
+    /// Calls `body` with each operation from LSN `from` through `through`, in order; return
+    /// `false` to stop.
+    ///
+    /// - Complexity: O(k) for k operations visited, plus O(log n) to find the first.
+    public func forEachOperation(from: UInt64 = 1, through: UInt64 = .max, _ body: (Operation) throws -> Bool) throws {
+        try txn.scan(views.log) { c in
+            var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: from.bigEndian) { Array($0) })
+            while let entry = e {
+                var r = ByteReader(entry.key)
+                let lsn = try r.bigEndian64()
+                if lsn > through { return }
+                guard try body(try Operation(lsn: lsn, record: entry.value, catalog: catalog)) else { return }
+                e = try c.next()
+            }
+        }
+    }
+
+    /// The operations from LSN `from` through `through`, in order.
+    public func operations(from: UInt64 = 1, through: UInt64 = .max) throws -> [Operation] {
+        var ops: [Operation] = []
+        try forEachOperation(from: from, through: through) { ops.append($0); return true }
+        return ops
+    }
+
+    /// Every operation that touched the row `key` of `table`, oldest first — including those
+    /// before a delete, so the history of a removed row stays readable.
+    ///
+    /// - Complexity: O(h log n) for h operations on the row (the `history` view is a range scan).
+    public func history(_ table: String, key: RowKey) throws -> [Operation] {
+        let t = try catalog.table(named: table)
+        var k = ByteWriter(capacity: 40)
+        try t.encodeKey(key, into: &k)
+        let lsns = try txn.historyLSNs(of: k.bytes, views: views)
+        return try lsns.map { lsn in
+            guard let record = try lmdb({ () throws(LMDBError) in try txn.get(Swift.withUnsafeBytes(of: lsn.bigEndian) { Array($0) }, in: views.log) }) else {
+                throw StrataError(.corruptRecord, "the history of \(table) \(key) names LSN \(lsn), which is not in the log")
+            }
+            return try Operation(lsn: lsn, record: record, catalog: catalog)
+        }
+    }
+}
+
+@available(*, unavailable, message: "snapshots never leave their closure")
+extension Snapshot: Sendable {}
+
+extension ReadableTransaction {
+    /// The LSNs recorded in `history` for the `rows` key `target`, in order.
+    func historyLSNs(of target: [UInt8], views: Views) throws(StrataError) -> [UInt64] {
+        try scan(views.history) { c in
+            var lsns: [UInt64] = []
+            var e = try c.seek(atLeast: target)
+            while let entry = e, entry.key.count == target.count + 8, entry.key.starts(with: target) {
+                var r = ByteReader(entry.key, offset: target.count)
+                lsns.append(try r.bigEndian64())
+                e = try c.next()
+            }
+            return lsns
+        }
+    }
+}

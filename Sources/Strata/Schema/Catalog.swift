@@ -1,0 +1,114 @@
+import Foundation
+
+/// A table as the store knows it: its schema plus the stable numeric ids of the table and of
+/// each field, which is what records store instead of names.
+struct TableInfo: Sendable {
+    let id: UInt32
+    var schema: TableSchema
+    /// Field names indexed by field id. Ids are never reused, so old records stay readable.
+    var fieldNames: [String]
+    var fieldIDs: [String: Int]
+    /// The declared definition per field id (`nil` for property-bag fields).
+    var definitions: [FieldDefinition?]
+    /// Field ids of the primary key, in key order.
+    var keyFieldIDs: [Int]
+
+    init(id: UInt32, schema: TableSchema, fieldNames: [String]) {
+        self.id = id
+        self.schema = schema
+        self.fieldNames = fieldNames
+        var ids: [String: Int] = [:]
+        for (i, n) in fieldNames.enumerated() { ids[n] = i }
+        self.fieldIDs = ids
+        self.definitions = fieldNames.map { schema.field($0) }
+        self.keyFieldIDs = schema.primaryKey.map { ids[$0]! }
+    }
+
+    var name: String { schema.name }
+    var isPropertyBag: Bool { schema.mode == .propertyBag }
+
+    func isKeyField(_ id: Int) -> Bool { keyFieldIDs.contains(id) }
+
+    /// The field's name, or a placeholder for an id the catalog does not know (a damaged store).
+    func fieldName(_ id: Int) -> String { id < fieldNames.count ? fieldNames[id] : "#\(id)" }
+
+    /// Adds a property-bag field and returns its new id.
+    mutating func addField(_ name: String) -> Int {
+        let id = fieldNames.count
+        fieldNames.append(name)
+        fieldIDs[name] = id
+        definitions.append(nil)
+        return id
+    }
+}
+
+/// The schema catalog: every table with its ids. Stored as JSON under the `catalog` meta key
+/// (it changes rarely and is never on the per-edit path), with a version number under
+/// `catalogVersion` so that every transaction can cheaply tell whether its cached copy is current.
+struct Catalog: Sendable {
+    var version: UInt64 = 0
+    var nextTableID: UInt32 = 1
+    var tables: [UInt32: TableInfo] = [:]
+    var tableIDs: [String: UInt32] = [:]
+
+    func table(named name: String) throws(StrataError) -> TableInfo {
+        guard let id = tableIDs[name], let t = tables[id] else {
+            let known = tableIDs.keys.sorted().joined(separator: ", ")
+            throw StrataError(.tableNotFound, "no table named '\(name)' (tables: \(known.isEmpty ? "none" : known))")
+        }
+        return t
+    }
+
+    func table(id: UInt32) throws(StrataError) -> TableInfo {
+        guard let t = tables[id] else { throw StrataError(.corruptRecord, "a record names table id \(id), which the catalog does not have") }
+        return t
+    }
+
+    mutating func add(_ schema: TableSchema) -> TableInfo {
+        let info = TableInfo(id: nextTableID, schema: schema, fieldNames: schema.fields.map(\.name))
+        nextTableID += 1
+        tables[info.id] = info
+        tableIDs[schema.name] = info.id
+        return info
+    }
+
+    // MARK: Persistence
+
+    private struct Stored: Codable {
+        struct Table: Codable {
+            var id: UInt32
+            var schema: TableSchema
+            var fieldNames: [String]
+        }
+        var nextTableID: UInt32
+        var tables: [Table]
+    }
+
+    func encoded() throws -> [UInt8] {
+        let stored = Stored(
+            nextTableID: nextTableID,
+            tables: tables.values.sorted { $0.id < $1.id }.map { .init(id: $0.id, schema: $0.schema, fieldNames: $0.fieldNames) }
+        )
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return Array(try encoder.encode(stored))
+    }
+
+    init() {}
+
+    init(decoding bytes: UnsafeRawBufferPointer, version: UInt64) throws(StrataError) {
+        let stored: Stored
+        do {
+            stored = try JSONDecoder().decode(Stored.self, from: Data(bytes))
+        } catch {
+            throw StrataError(.corruptRecord, "the schema catalog cannot be read: \(error)")
+        }
+        self.version = version
+        self.nextTableID = stored.nextTableID
+        for t in stored.tables {
+            let info = TableInfo(id: t.id, schema: t.schema, fieldNames: t.fieldNames)
+            tables[t.id] = info
+            tableIDs[t.schema.name] = t.id
+        }
+    }
+}

@@ -1,0 +1,98 @@
+/// One typed field of a table.
+public struct FieldDefinition: Codable, Sendable, Hashable {
+    /// The field's name, unique in its table.
+    public var name: String
+    /// The type every non-null value of the field has.
+    public var type: ValueType
+    /// Whether the field may hold `null`. Primary key fields never may.
+    public var isNullable: Bool
+    /// The value an insert stores when the field is not given; `nil` means the insert must give
+    /// it (unless the field is nullable, when it stays `null`).
+    public var defaultValue: Value?
+
+    public init(_ name: String, _ type: ValueType, nullable: Bool = false, default defaultValue: Value? = nil) {
+        self.name = name
+        self.type = type
+        self.isNullable = nullable
+        self.defaultValue = defaultValue
+    }
+
+    public static func bool(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .bool, nullable: nullable, default: d) }
+    public static func int(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .int, nullable: nullable, default: d) }
+    public static func double(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .double, nullable: nullable, default: d) }
+    public static func string(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .string, nullable: nullable, default: d) }
+    public static func bytes(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .bytes, nullable: nullable, default: d) }
+    public static func timestamp(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .timestamp, nullable: nullable, default: d) }
+}
+
+/// The definition of a table: its name, its mode, its fields and its primary key.
+///
+/// - A **fixed** table has typed fields; an edit naming an unknown field, or giving a value of the
+///   wrong type, is rejected.
+/// - A **property bag** declares only its primary key fields; any other field name may be used
+///   with values of any type, as in a document store.
+///
+/// ```swift
+/// let tasks = TableSchema.fixed("tasks", primaryKey: ["id"], fields: [
+///     .int("id"), .string("title"), .bool("done", default: false), .string("notes", nullable: true),
+/// ])
+/// let settings = TableSchema.propertyBag("settings", key: [.string("name")])
+/// ```
+public struct TableSchema: Codable, Sendable, Hashable {
+    public enum Mode: String, Codable, Sendable {
+        case fixed, propertyBag
+    }
+
+    public var name: String
+    public var mode: Mode
+    /// All fields of a fixed table; the key fields of a property bag.
+    public var fields: [FieldDefinition]
+    /// The names of the primary key fields, in key order.
+    public var primaryKey: [String]
+
+    public init(name: String, mode: Mode, fields: [FieldDefinition], primaryKey: [String]) {
+        self.name = name
+        self.mode = mode
+        self.fields = fields
+        self.primaryKey = primaryKey
+    }
+
+    /// A table with a fixed set of typed fields.
+    public static func fixed(_ name: String, primaryKey: [String] = ["id"], fields: [FieldDefinition]) -> TableSchema {
+        TableSchema(name: name, mode: .fixed, fields: fields, primaryKey: primaryKey)
+    }
+
+    /// A table whose rows may hold any fields besides the declared key fields.
+    public static func propertyBag(_ name: String, key: [FieldDefinition]) -> TableSchema {
+        TableSchema(name: name, mode: .propertyBag, fields: key, primaryKey: key.map(\.name))
+    }
+
+    /// The definition of the field called `name`, if declared.
+    public func field(_ name: String) -> FieldDefinition? { fields.first { $0.name == name } }
+
+    /// Checks the definition; throws ``StrataError/Code/invalidSchema`` saying what is wrong.
+    func validate() throws(StrataError) {
+        func bad(_ why: String) -> StrataError { StrataError(.invalidSchema, "table '\(name)': \(why)") }
+        guard !name.isEmpty else { throw StrataError(.invalidSchema, "a table needs a non-empty name") }
+        guard !primaryKey.isEmpty else { throw bad("a primary key of at least one field is required") }
+        var seen = Set<String>()
+        for f in fields {
+            guard !f.name.isEmpty else { throw bad("a field needs a non-empty name") }
+            guard seen.insert(f.name).inserted else { throw bad("field '\(f.name)' is declared twice") }
+            if let d = f.defaultValue, !d.isNull, d.type != f.type {
+                throw bad("the default of field '\(f.name)' is \(d.type!), not \(f.type)")
+            }
+            if f.defaultValue?.isNull == true && !f.isNullable {
+                throw bad("field '\(f.name)' is not nullable but its default is null")
+            }
+        }
+        guard Set(primaryKey).count == primaryKey.count else { throw bad("the primary key names a field twice") }
+        for k in primaryKey {
+            guard let f = field(k) else { throw bad("primary key field '\(k)' is not declared") }
+            guard !f.isNullable else { throw bad("primary key field '\(k)' cannot be nullable") }
+        }
+        if mode == .propertyBag && fields.count != primaryKey.count {
+            throw bad("a property bag declares only its key fields")
+        }
+    }
+}

@@ -1,0 +1,90 @@
+import LMDB
+
+/// The one error type of Strata: a stable ``code`` to switch on, a ``message`` that says what was
+/// wrong and what to do, and the underlying ``cause`` when there is one.
+///
+/// Bad input never changes the store: every edit is validated before anything is written, and a
+/// failed write transaction is rolled back as a whole.
+///
+/// ```swift
+/// do {
+///     try store.write { try $0.insert("tasks", ["id": 1, "title": "Buy milk"]) }
+/// } catch let error as StrataError where error.code == .duplicateKey {
+///     // the row exists already
+/// }
+/// ```
+public struct StrataError: Error, Sendable, CustomStringConvertible {
+    /// A stable identifier of the kind of error.
+    ///
+    /// New codes may be added in any release, so a `switch` over codes needs a `default`.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        fileprivate enum Kind: String, Sendable {
+            case tableNotFound, tableExists, invalidSchema
+            case fieldNotFound, typeMismatch, missingField, nullNotAllowed, invalidKey
+            case duplicateKey, rowNotFound, invalidOperation
+            case corruptRecord, formatVersion, storage, io
+        }
+        fileprivate let kind: Kind
+        private init(_ kind: Kind) { self.kind = kind }
+
+        /// No table of that name in the catalog.
+        public static let tableNotFound = Code(.tableNotFound)
+        /// A table of that name exists with a different schema.
+        public static let tableExists = Code(.tableExists)
+        /// A table definition is not valid (duplicate fields, bad primary key, …).
+        public static let invalidSchema = Code(.invalidSchema)
+        /// A field name that a fixed-schema table does not have.
+        public static let fieldNotFound = Code(.fieldNotFound)
+        /// A value of the wrong type for its field.
+        public static let typeMismatch = Code(.typeMismatch)
+        /// A required field (or a primary key field) was not given.
+        public static let missingField = Code(.missingField)
+        /// `null` for a field that is not nullable.
+        public static let nullNotAllowed = Code(.nullNotAllowed)
+        /// A row key with the wrong number or types of components, or too long.
+        public static let invalidKey = Code(.invalidKey)
+        /// An insert of a key that already has a live row.
+        public static let duplicateKey = Code(.duplicateKey)
+        /// No live row with that key.
+        public static let rowNotFound = Code(.rowNotFound)
+        /// An operation that does not apply to the row in its current state.
+        public static let invalidOperation = Code(.invalidOperation)
+        /// A stored record could not be decoded.
+        public static let corruptRecord = Code(.corruptRecord)
+        /// The store was written by a newer (or unknown) format version.
+        public static let formatVersion = Code(.formatVersion)
+        /// LMDB reported an error; ``StrataError/cause`` holds the ``LMDBError``.
+        public static let storage = Code(.storage)
+        /// A file could not be read or written.
+        public static let io = Code(.io)
+
+        public var description: String { kind.rawValue }
+    }
+
+    /// What kind of error this is.
+    public let code: Code
+    /// What went wrong, in a sentence that names the table, field or key involved.
+    public let message: String
+    /// The underlying error, such as an ``LMDBError``.
+    public let cause: (any Error & Sendable)?
+
+    public init(_ code: Code, _ message: String, cause: (any Error & Sendable)? = nil) {
+        self.code = code
+        self.message = message
+        self.cause = cause
+    }
+
+    public var description: String {
+        if let cause { "\(message) (\(code); cause: \(cause))" } else { "\(message) (\(code))" }
+    }
+
+    static func storage(_ error: LMDBError) -> StrataError {
+        StrataError(.storage, "the storage engine failed: \(error.description)", cause: error)
+    }
+}
+
+/// Runs `body`, turning an ``LMDBError`` into a ``StrataError`` of code `storage`.
+@inline(__always)
+func lmdb<R>(_ body: () throws(LMDBError) -> R) throws(StrataError) -> R {
+    do { return try body() } catch { throw StrataError.storage(error) }
+}

@@ -1,0 +1,154 @@
+import Foundation
+
+/// The type of a non-null ``Value``.
+public enum ValueType: String, Sendable, Codable, CaseIterable, CustomStringConvertible {
+    case bool, int, double, string, bytes, timestamp
+
+    public var description: String { rawValue }
+}
+
+/// One field value of a row.
+///
+/// Literals work where a `Value` is expected: `nil`, `true`, `42`, `2.5`, `"text"`.
+///
+/// Two values are equal when they have the same type and the same stored bits: `.int(1)` is not
+/// `.double(1)`, `0.0` is not `-0.0`, and a NaN equals the same NaN. This is the equality the store
+/// uses to decide whether a field changed, so it matches the binary encoding exactly.
+public enum Value: Sendable, Hashable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case bytes([UInt8])
+    /// A point in time, stored with the full precision of `Date`.
+    case timestamp(Date)
+
+    /// The type of the value, or `nil` for ``null``.
+    public var type: ValueType? {
+        switch self {
+        case .null: nil
+        case .bool: .bool
+        case .int: .int
+        case .double: .double
+        case .string: .string
+        case .bytes: .bytes
+        case .timestamp: .timestamp
+        }
+    }
+
+    public var isNull: Bool { if case .null = self { true } else { false } }
+
+    public var boolValue: Bool? { if case .bool(let b) = self { b } else { nil } }
+    public var intValue: Int64? { if case .int(let i) = self { i } else { nil } }
+    /// The value as a `Double`: a double, or an int converted.
+    public var doubleValue: Double? {
+        switch self {
+        case .double(let d): d
+        case .int(let i): Double(i)
+        default: nil
+        }
+    }
+    public var stringValue: String? { if case .string(let s) = self { s } else { nil } }
+    public var bytesValue: [UInt8]? { if case .bytes(let b) = self { b } else { nil } }
+    public var dateValue: Date? { if case .timestamp(let d) = self { d } else { nil } }
+
+    public static func == (lhs: Value, rhs: Value) -> Bool {
+        switch (lhs, rhs) {
+        case (.null, .null): true
+        case (.bool(let a), .bool(let b)): a == b
+        case (.int(let a), .int(let b)): a == b
+        case (.double(let a), .double(let b)): a.bitPattern == b.bitPattern
+        case (.string(let a), .string(let b)): a == b
+        case (.bytes(let a), .bytes(let b)): a == b
+        case (.timestamp(let a), .timestamp(let b)):
+            a.timeIntervalSince1970.bitPattern == b.timeIntervalSince1970.bitPattern
+        default: false
+        }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .null: hasher.combine(0)
+        case .bool(let b): hasher.combine(1); hasher.combine(b)
+        case .int(let i): hasher.combine(2); hasher.combine(i)
+        case .double(let d): hasher.combine(3); hasher.combine(d.bitPattern)
+        case .string(let s): hasher.combine(4); hasher.combine(s)
+        case .bytes(let b): hasher.combine(5); hasher.combine(b)
+        case .timestamp(let d): hasher.combine(6); hasher.combine(d.timeIntervalSince1970.bitPattern)
+        }
+    }
+}
+
+extension Value: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
+    ExpressibleByFloatLiteral, ExpressibleByStringLiteral
+{
+    public init(nilLiteral: ()) { self = .null }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(stringLiteral value: String) { self = .string(value) }
+}
+
+extension Value: CustomStringConvertible {
+    /// A readable rendering: strings quoted, bytes in hex, timestamps in ISO 8601.
+    public var description: String {
+        switch self {
+        case .null: "null"
+        case .bool(let b): b ? "true" : "false"
+        case .int(let i): String(i)
+        case .double(let d): String(d)
+        case .string(let s): "\"\(s)\""
+        case .bytes(let b): "0x" + b.map { String(format: "%02x", $0) }.joined()
+        case .timestamp(let d): d.formatted(.iso8601)
+        }
+    }
+}
+
+extension Value: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case bool, int, double, string, bytes, timestamp
+    }
+
+    /// Encodes as a one-key object naming the type (`{"int": 3}`), or `null`.
+    public func encode(to encoder: any Encoder) throws {
+        if case .null = self {
+            var c = encoder.singleValueContainer()
+            try c.encodeNil()
+            return
+        }
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        switch self {
+        case .null: break
+        case .bool(let b): try c.encode(b, forKey: .bool)
+        case .int(let i): try c.encode(i, forKey: .int)
+        case .double(let d): try c.encode(d, forKey: .double)
+        case .string(let s): try c.encode(s, forKey: .string)
+        case .bytes(let b): try c.encode(Data(b).base64EncodedString(), forKey: .bytes)
+        case .timestamp(let d): try c.encode(d.timeIntervalSince1970, forKey: .timestamp)
+        }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        if let single = try? decoder.singleValueContainer(), single.decodeNil() {
+            self = .null
+            return
+        }
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        guard let key = c.allKeys.first, c.allKeys.count == 1 else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "a value is an object with exactly one of the keys bool, int, double, string, bytes, timestamp"))
+        }
+        switch key {
+        case .bool: self = .bool(try c.decode(Bool.self, forKey: key))
+        case .int: self = .int(try c.decode(Int64.self, forKey: key))
+        case .double: self = .double(try c.decode(Double.self, forKey: key))
+        case .string: self = .string(try c.decode(String.self, forKey: key))
+        case .bytes:
+            guard let data = Data(base64Encoded: try c.decode(String.self, forKey: key)) else {
+                throw DecodingError.dataCorruptedError(forKey: key, in: c, debugDescription: "bytes must be base64")
+            }
+            self = .bytes(Array(data))
+        case .timestamp: self = .timestamp(Date(timeIntervalSince1970: try c.decode(Double.self, forKey: key)))
+        }
+    }
+}

@@ -1,0 +1,406 @@
+import Foundation
+import LMDB
+
+/// A write transaction, lent by ``Store/write(_:)``. It never leaves that closure.
+///
+/// Each edit validates its input completely before writing anything, then appends one operation
+/// to the log and updates the views. An edit that fails throws a ``StrataError`` and leaves the
+/// transaction as it was, so the closure may catch the error and go on.
+///
+/// An edit that changes nothing — an update to the current values, a revert of an unchanged
+/// field — logs nothing.
+public final class Transaction {
+    let store: Store
+    let txn: LMDB.WriteTransaction
+    let views: Views
+    private(set) var catalog: Catalog
+    private(set) var catalogChanged = false
+    private let baseCatalogVersion: UInt64
+    private var nextLSN: UInt64
+    private var txnID: UInt64 = 0
+    private var txnIDStored = false
+    private let timestampMicros: UInt64
+    private var isOpen = true
+
+    // Reusable buffers: after the first few edits, an edit allocates nothing here.
+    private var keyBuf = ByteWriter(capacity: 64)
+    private var valBuf = ByteWriter(capacity: 256)
+    private var newValues: [NewValue] = []
+    private var opBuf = ByteWriter(capacity: 512)
+    private var rowBuf = ByteWriter(capacity: 512)
+    private var historyBuf = ByteWriter(capacity: 64)
+    /// Rows touched, kept only when invariant checks are on.
+    private var touched: Set<[UInt8]> = []
+
+    init(store: Store, txn: LMDB.WriteTransaction, catalog: Catalog) throws(StrataError) {
+        self.store = store
+        self.txn = txn
+        self.views = store.views
+        self.catalog = catalog
+        self.baseCatalogVersion = catalog.version
+        self.nextLSN = try txn.lastLSN(in: store.views) + 1
+        self.timestampMicros = UInt64(max(0, (Date().timeIntervalSince1970 * 1_000_000).rounded()))
+        newValues.reserveCapacity(16)
+    }
+
+    func close() { isOpen = false }
+
+    @inline(__always)
+    private func checkOpen() {
+        precondition(isOpen, "Strata: a Transaction was used outside the write closure that lent it")
+    }
+
+    // MARK: Schema
+
+    /// Creates a table, or does nothing when an identical one exists.
+    ///
+    /// - Throws: ``StrataError`` `invalidSchema` or `tableExists`.
+    public func createTable(_ schema: TableSchema) throws {
+        checkOpen()
+        try schema.validate()
+        if let id = catalog.tableIDs[schema.name] {
+            guard catalog.tables[id]!.schema == schema else {
+                throw StrataError(.tableExists, "table '\(schema.name)' exists with a different definition")
+            }
+            return
+        }
+        _ = catalog.add(schema)
+        catalogChanged = true
+    }
+
+    // MARK: Edits
+
+    /// Inserts a row. Fields not given take their default (or `null` when nullable).
+    ///
+    /// Inserting the key of a row deleted locally but not yet uploaded revives that row: the
+    /// server will receive an update of the fields that differ from its values.
+    ///
+    /// - Throws: ``StrataError`` `tableNotFound`, `fieldNotFound`, `typeMismatch`,
+    ///   `nullNotAllowed`, `missingField` (a required or key field not given), `duplicateKey`.
+    /// - Complexity: O(log n) per database touched.
+    public func insert(_ table: String, _ fields: FieldValues) throws {
+        checkOpen()
+        var t = try catalog.table(named: table)
+        let key = try keyFromFields(fields, t)
+        try encodeKey(key, t)
+        let tableChanged = try encodeValues(fields, &t, key: key, defaults: true)
+        let old = try storedRow()
+        if let old, !(try RowHeader(old).flags.contains(.deleted)) {
+            throw StrataError(.duplicateKey, "table '\(table)' already has a row with key \(key)")
+        }
+        try logEdit(.insert, t, tableChanged: tableChanged, old: old) { (op) throws(StrataError) in
+            try valBuf.withUnsafeBytes { (v) throws(StrataError) in
+                try EditRules.insert(old: old, values: v, new: newValues, into: &op)
+            }
+        }
+    }
+
+    /// Sets the given fields of an existing row; other fields keep their values.
+    ///
+    /// - Throws: ``StrataError`` `rowNotFound`, `fieldNotFound`, `typeMismatch`, `nullNotAllowed`,
+    ///   `invalidOperation` (a primary key field given a different value).
+    /// - Complexity: O(log n) per database touched.
+    public func update(_ table: String, key: RowKey, _ fields: FieldValues) throws {
+        checkOpen()
+        var t = try catalog.table(named: table)
+        try encodeKey(key, t)
+        let tableChanged = try encodeValues(fields, &t, key: key, defaults: false)
+        let old = try liveRow(t, key)
+        try logEdit(.update, t, tableChanged: tableChanged, old: old) { (op) throws(StrataError) in
+            try valBuf.withUnsafeBytes { (v) throws(StrataError) in
+                try EditRules.update(old: old, values: v, new: newValues, into: &op)
+            }
+        }
+    }
+
+    /// Updates the row with the key found in `fields` if it exists, inserts it otherwise.
+    public func upsert(_ table: String, _ fields: FieldValues) throws {
+        checkOpen()
+        let t = try catalog.table(named: table)
+        let key = try keyFromFields(fields, t)
+        try encodeKey(key, t)
+        if let old = try storedRow(), !(try RowHeader(old).flags.contains(.deleted)) {
+            try update(table, key: key, fields)
+        } else {
+            try insert(table, fields)
+        }
+    }
+
+    /// Deletes a row. A row inserted locally disappears; a row the server knows stays as a
+    /// pending delete (holding its server values) until the server acknowledges it.
+    ///
+    /// - Throws: ``StrataError`` `rowNotFound`.
+    public func delete(_ table: String, key: RowKey) throws {
+        checkOpen()
+        let t = try catalog.table(named: table)
+        try encodeKey(key, t)
+        let old = try liveRow(t, key)
+        try logEdit(.delete, t, old: old) { (op) throws(StrataError) in try EditRules.delete(old: old, into: &op) }
+    }
+
+    /// Reverts one field of a row to its original (server-confirmed) value.
+    ///
+    /// - Throws: ``StrataError`` `rowNotFound`, `fieldNotFound`; `invalidOperation` for a row
+    ///   inserted locally (it has no originals: revert the row instead), a row deleted locally
+    ///   (revert the row to undo the delete), or a primary key field.
+    public func revert(_ table: String, key: RowKey, field: String) throws {
+        checkOpen()
+        let t = try catalog.table(named: table)
+        try encodeKey(key, t)
+        guard let id = t.fieldIDs[field] else {
+            throw StrataError(.fieldNotFound, "table '\(table)' has no field '\(field)'")
+        }
+        guard !t.isKeyField(id) else {
+            throw StrataError(.invalidOperation, "'\(field)' is a primary key field of table '\(table)'; key fields cannot be reverted")
+        }
+        guard let old = try storedRow() else { throw notFound(t, key) }
+        let flags = try RowHeader(old).flags
+        if flags.contains(.deleted) {
+            throw StrataError(.invalidOperation, "row \(key) of table '\(table)' is deleted locally; revert the row to undo the delete")
+        }
+        if flags.contains(.inserted) {
+            throw StrataError(.invalidOperation, "row \(key) of table '\(table)' was inserted locally and has no original values; revert the row to cancel the insert")
+        }
+        try logEdit(.revertField, t, old: old) { (op) throws(StrataError) in
+            try EditRules.revertField(old: old, field: id, into: &op)
+        }
+    }
+
+    /// Reverts every local change of a row: a local insert is removed, a local delete undone,
+    /// every changed field set back to its original value.
+    ///
+    /// - Throws: ``StrataError`` `rowNotFound`.
+    public func revert(_ table: String, key: RowKey) throws {
+        checkOpen()
+        let t = try catalog.table(named: table)
+        try encodeKey(key, t)
+        guard let old = try storedRow() else { throw notFound(t, key) }
+        try logEdit(.revertRow, t, old: old) { (op) throws(StrataError) in try EditRules.revertRow(old: old, into: &op) }
+    }
+
+    /// Reverts every pending row of a table (see ``revert(_:key:)``). Returns how many rows changed.
+    ///
+    /// - Complexity: O(p log n) for p pending rows of the table.
+    @discardableResult
+    public func revertAll(_ table: String) throws -> Int {
+        checkOpen()
+        let t = try catalog.table(named: table)
+        var prefix = ByteWriter(capacity: 4)
+        prefix.appendBigEndian(t.id)
+        // Collect first: the writes below would invalidate a cursor over `pending`.
+        let keys: [[UInt8]] = try txn.scan(views.pending) { c in
+            var keys: [[UInt8]] = []
+            var e = try c.seek(atLeast: prefix.bytes)
+            while let entry = e, entry.key.starts(with: prefix.bytes) {
+                keys.append(Array(entry.key))
+                e = try c.next()
+            }
+            return keys
+        }
+        var count = 0
+        for k in keys {
+            keyBuf.reset()
+            keyBuf.append(k)
+            guard let old = try storedRow() else { continue }
+            let before = nextLSN
+            try logEdit(.revertTable, t, old: old) { (op) throws(StrataError) in try EditRules.revertRow(old: old, into: &op) }
+            if nextLSN != before { count += 1 }
+        }
+        return count
+    }
+
+    // MARK: Server confirmation
+
+    /// Records that the server accepted the row as it is now: its current values become its
+    /// originals, a local insert becomes a server row, and a local delete removes the row.
+    ///
+    /// Sync code calls this when an upload of the row succeeded. The operation's origin is
+    /// ``Operation/Origin/server``.
+    ///
+    /// - Throws: ``StrataError`` `rowNotFound`.
+    public func acknowledge(_ table: String, key: RowKey) throws {
+        checkOpen()
+        let t = try catalog.table(named: table)
+        try encodeKey(key, t)
+        guard let old = try storedRow() else { throw notFound(t, key) }
+        try logEdit(.acknowledge, t, origin: .server, old: old) { (op) throws(StrataError) in
+            try EditRules.acknowledge(old: old, into: &op)
+        }
+    }
+
+    // MARK: Reading inside the transaction
+
+    /// A snapshot of this transaction's state, including its own uncommitted edits.
+    public var snapshot: Snapshot {
+        checkOpen()
+        return Snapshot(txn: txn.reader, views: views, catalog: catalog)
+    }
+
+    /// The row as this transaction sees it; see ``Snapshot/row(_:key:includingDeleted:)``.
+    public func row(_ table: String, key: RowKey, includingDeleted: Bool = false) throws -> Row? {
+        try snapshot.row(table, key: key, includingDeleted: includingDeleted)
+    }
+
+    // MARK: The log append
+
+    /// Builds the operation with `rules`, then applies it to the views and appends it to the log.
+    /// Logs nothing when the operation would change nothing.
+    private func logEdit(
+        _ kind: Operation.Kind, _ t: TableInfo, tableChanged: Bool = false, origin: Operation.Origin = .local,
+        old: UnsafeRawBufferPointer?,
+        _ rules: (inout ByteWriter) throws(StrataError) -> RowFlags
+    ) throws(StrataError) {
+        if txnID == 0 { txnID = (try txn.metaUInt64(MetaKey.lastTxn, in: views) ?? 0) + 1 }
+        let lsn = nextLSN
+        opBuf.reset()
+        opBuf.append(RecordFormat.operationFormat)
+        opBuf.append(kind.rawValue)
+        opBuf.append(origin.rawValue)
+        opBuf.appendVarint(txnID)
+        opBuf.appendVarint(timestampMicros)
+        opBuf.appendVarint(baseCatalogVersion + (catalogChanged || tableChanged ? 1 : 0))
+        opBuf.appendVarint(UInt64(keyBuf.count))
+        opBuf.append(keyBuf.bytes)
+        let flagsAt = opBuf.count
+        opBuf.append(0)
+        let entriesStart = opBuf.count
+        let flags = try rules(&opBuf)
+        let oldFlags = try old.map { (o) throws(StrataError) in try RowHeader(o).flags }
+        if opBuf.count == entriesStart && flags == oldFlags { return }
+        opBuf.bytes[flagsAt] = flags.rawValue
+
+        if tableChanged {
+            catalog.tables[t.id] = t
+            catalogChanged = true
+        }
+        try opBuf.withUnsafeBytes { (op) throws(StrataError) in
+            let header = try OperationHeader(op)
+            try views.apply(operation: op, header: header, lsn: lsn, old: old, in: txn, scratch: &rowBuf, historyKey: &historyBuf)
+            try lmdb { () throws(LMDBError) in
+                var k = lsn.bigEndian
+                try withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try txn.put(kb, op, in: views.log, flags: .append) }
+            }
+        }
+        if !txnIDStored {
+            try txn.setMeta(MetaKey.lastTxn, txnID, in: views)
+            txnIDStored = true
+        }
+        if store.options.checkInvariants { touched.insert(keyBuf.bytes) }
+        nextLSN += 1
+    }
+
+    /// Persists catalog changes and, when enabled, checks the invariants. Called before commit.
+    func finish() throws(StrataError) {
+        if catalogChanged {
+            catalog.version = baseCatalogVersion + 1
+            let bytes: [UInt8]
+            do { bytes = try catalog.encoded() } catch {
+                throw StrataError(.invalidSchema, "the catalog cannot be encoded: \(error)")
+            }
+            try txn.setMeta(MetaKey.catalog, bytes, in: views)
+            try txn.setMeta(MetaKey.catalogVersion, catalog.version, in: views)
+        }
+        if store.options.checkInvariants {
+            for target in touched {
+                try Invariants.checkRow(target, txn: txn, views: views)
+            }
+        }
+    }
+
+    // MARK: Input validation and encoding
+
+    /// The stored row state at `keyBuf` (live or deleted), lent by LMDB until the next write.
+    private func storedRow() throws(StrataError) -> UnsafeRawBufferPointer? {
+        try lmdb { () throws(LMDBError) in try keyBuf.withUnsafeBytes { (k) throws(LMDBError) in try txn.get(k, in: views.rows) } }
+    }
+
+    private func notFound(_ t: TableInfo, _ key: RowKey) -> StrataError {
+        StrataError(.rowNotFound, "table '\(t.name)' has no row with key \(key)")
+    }
+
+    /// The live (not locally deleted) row at `keyBuf`.
+    private func liveRow(_ t: TableInfo, _ key: RowKey) throws(StrataError) -> UnsafeRawBufferPointer {
+        guard let old = try storedRow() else { throw notFound(t, key) }
+        if try RowHeader(old).flags.contains(.deleted) {
+            throw StrataError(.rowNotFound, "row \(key) of table '\(t.name)' is deleted locally")
+        }
+        return old
+    }
+
+    private func keyFromFields(_ fields: FieldValues, _ t: TableInfo) throws(StrataError) -> RowKey {
+        var values: [Value] = []
+        values.reserveCapacity(t.keyFieldIDs.count)
+        for id in t.keyFieldIDs {
+            let name = t.fieldNames[id]
+            guard let v = fields[name] else {
+                throw StrataError(.missingField, "a row of table '\(t.name)' needs its primary key field '\(name)'")
+            }
+            values.append(v)
+        }
+        return RowKey(values)
+    }
+
+    private func encodeKey(_ key: RowKey, _ t: TableInfo) throws(StrataError) {
+        try t.encodeKey(key, into: &keyBuf)
+    }
+
+    /// Encodes the non-key fields into `valBuf`/`newValues`, sorted by field id. Returns whether
+    /// `t` gained property-bag fields (to be stored in the catalog if the edit is logged).
+    private func encodeValues(_ fields: FieldValues, _ t: inout TableInfo, key: RowKey, defaults: Bool) throws(StrataError) -> Bool {
+        valBuf.reset()
+        newValues.removeAll(keepingCapacity: true)
+        var changed = false
+        for (name, value) in fields.pairs {
+            var id = t.fieldIDs[name]
+            if id == nil {
+                guard t.isPropertyBag else {
+                    throw StrataError(.fieldNotFound, "table '\(t.name)' has no field '\(name)' (fields: \(t.fieldNames.joined(separator: ", ")))")
+                }
+                guard !name.isEmpty else { throw StrataError(.fieldNotFound, "a field name cannot be empty") }
+                id = t.addField(name)
+                changed = true
+            }
+            let fid = id!
+            if let k = t.keyFieldIDs.firstIndex(of: fid) {
+                let v = try t.coerce(value, t.definitions[fid]!)
+                guard v == (try t.coerce(key.values[k], t.definitions[fid]!)) else {
+                    throw StrataError(.invalidOperation, "the primary key field '\(name)' of table '\(t.name)' cannot be changed; delete the row and insert a new one")
+                }
+                continue
+            }
+            let v = try t.definitions[fid].map { (d) throws(StrataError) in try t.coerce(value, d) } ?? value
+            guard !newValues.contains(where: { $0.id == fid }) else {
+                throw StrataError(.invalidOperation, "field '\(name)' is given twice")
+            }
+            let start = valBuf.count
+            valBuf.appendValue(v)
+            newValues.append(NewValue(id: fid, range: start..<valBuf.count))
+        }
+        if defaults {
+            for (fid, def) in t.definitions.enumerated() {
+                guard let def, !t.isKeyField(fid), !newValues.contains(where: { $0.id == fid }) else { continue }
+                if let d = def.defaultValue {
+                    let start = valBuf.count
+                    valBuf.appendValue(d)
+                    newValues.append(NewValue(id: fid, range: start..<valBuf.count))
+                } else if !def.isNullable {
+                    throw StrataError(.missingField, "field '\(def.name)' of table '\(t.name)' is required: it is not nullable and has no default")
+                }
+            }
+        }
+        // Insertion sort: a handful of fields, usually already in order.
+        for i in newValues.indices.dropFirst() {
+            var j = i
+            let x = newValues[i]
+            while j > 0 && newValues[j - 1].id > x.id {
+                newValues[j] = newValues[j - 1]
+                j -= 1
+            }
+            newValues[j] = x
+        }
+        return changed
+    }
+}
+
+@available(*, unavailable, message: "transactions never leave their closure")
+extension Transaction: Sendable {}

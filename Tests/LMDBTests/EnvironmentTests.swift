@@ -1,0 +1,136 @@
+import Foundation
+import LMDB
+import Testing
+
+private func withEnvironment<R>(_ options: EnvironmentOptions = EnvironmentOptions(), _ body: (Environment) throws -> R) throws -> R {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("lmdb-test-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    var options = options
+    options.syncMode = .noSync
+    return try body(try Environment(path: path, options: options))
+}
+
+private func be(_ i: UInt64) -> [UInt8] { withUnsafeBytes(of: i.bigEndian) { Array($0) } }
+
+@Suite struct EnvironmentTests {
+    @Test func putGetDeleteRoundTrip() throws {
+        try withEnvironment { env in
+            let db = try env.openDatabase("items")
+            try env.write { txn in
+                try txn.put([1, 2], [9, 9, 9], in: db)
+                try txn.put([3], [], in: db)
+            }
+            try env.read { txn throws in
+                #expect(try txn.get([1, 2], in: db).map(Array.init) == [9, 9, 9])
+                #expect(try txn.get([3], in: db).map(Array.init) == [])
+                // MDB_NOTFOUND is nil, not an error.
+                #expect(try txn.get([4], in: db) == nil)
+            }
+            let deleted = try env.write { try $0.delete([1, 2], in: db) }
+            let deletedAgain = try env.write { try $0.delete([1, 2], in: db) }
+            #expect(deleted && !deletedAgain)
+        }
+    }
+
+    @Test func throwingWriteCommitsNothing() throws {
+        struct Stop: Error {}
+        try withEnvironment { env in
+            let db = try env.openDatabase("items")
+            #expect(throws: Stop.self) {
+                try env.write { txn in
+                    try txn.put([1], [1], in: db)
+                    throw Stop()
+                }
+            }
+            #expect(try env.read { try $0.get([1], in: db) } == nil)
+        }
+    }
+
+    @Test func swallowedErrorStillAbortsTheTransaction() throws {
+        try withEnvironment { env in
+            let db = try env.openDatabase("items")
+            try env.write { try $0.put([5], [5], in: db) }
+            #expect(throws: LMDBError.self) {
+                try env.write { txn in
+                    try txn.put([6], [6], in: db)
+                    // Appending a key below the last one fails; the closure ignores the error.
+                    try? txn.put([1], [1], in: db, flags: .append)
+                }
+            }
+            #expect(try env.read { try $0.get([6], in: db) } == nil)
+        }
+    }
+
+    @Test func appendNeedsIncreasingBigEndianKeys() throws {
+        try withEnvironment { env in
+            let db = try env.openDatabase("log")
+            try env.write { txn in
+                for i in UInt64(1)...1000 { try txn.put(be(i), [1], in: db, flags: .append) }
+            }
+            let error = #expect(throws: LMDBError.self) {
+                try env.write { try $0.put(be(10), [1], in: db, flags: .append) }
+            }
+            #expect(error?.isKeyExists == true)
+            #expect(try env.read { try $0.stats(db).entries } == 1000)
+        }
+    }
+
+    @Test func cursorWalksInKeyOrder() throws {
+        try withEnvironment { env in
+            let db = try env.openDatabase("items")
+            try env.write { txn in
+                for i: UInt64 in [5, 1, 9, 3, 7] { try txn.put(be(i), be(i * 10), in: db) }
+            }
+            let (forward, backward, sought) = try env.read { txn throws in
+                try txn.withCursor(db) { c -> ([UInt8], [UInt8], UInt8?) in
+                    var f: [UInt8] = []
+                    var e = try c.first()
+                    while let x = e { f.append(x.key[7]); e = try c.next() }
+                    var b: [UInt8] = []
+                    e = try c.last()
+                    while let x = e { b.append(x.key[7]); e = try c.previous() }
+                    let s = try c.seek(atLeast: be(4))?.key[7]
+                    return (f, b, s)
+                }
+            }
+            #expect(forward == [1, 3, 5, 7, 9])
+            #expect(backward == [9, 7, 5, 3, 1])
+            #expect(sought == 5)
+        }
+    }
+
+    @Test func mapGrowsWhenFull() throws {
+        var options = EnvironmentOptions()
+        options.mapSize = 64 * 1024
+        try withEnvironment(options) { env in
+            let db = try env.openDatabase("blobs")
+            let value = [UInt8](repeating: 7, count: 4000)
+            // 8 MB in transactions of 200 KB each, and one of 2 MB: far beyond the 64 KB map.
+            for t in UInt64(0)..<40 {
+                try env.write { txn in
+                    for i in UInt64(0)..<50 { try txn.put(be(t * 100 + i), value, in: db) }
+                }
+            }
+            try env.write { txn in
+                for i in UInt64(0)..<500 { try txn.put(be(100_000 + i), value, in: db) }
+            }
+            #expect(try env.read { try $0.stats(db).entries } == 2500)
+            #expect(env.mapSize > 8_000_000)
+        }
+    }
+
+    @Test func compactCopyHoldsTheSameData() throws {
+        try withEnvironment { env in
+            let db = try env.openDatabase("items")
+            try env.write { txn in for i in UInt64(0)..<100 { try txn.put(be(i), be(i), in: db) } }
+            let copyPath = env.path + "-copy"
+            try FileManager.default.createDirectory(atPath: copyPath, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(atPath: copyPath) }
+            try env.copy(to: copyPath, compact: true)
+            let copy = try Environment(path: copyPath)
+            let copied = try copy.openDatabase("items", create: false)
+            #expect(try copy.read { try $0.stats(copied).entries } == 100)
+            #expect(try copy.read { try $0.get(be(42), in: copied).map(Array.init) } == be(42))
+        }
+    }
+}
