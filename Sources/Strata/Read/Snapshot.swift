@@ -15,9 +15,15 @@ public struct Snapshot {
         catalog.tables.values.sorted { $0.id < $1.id }.map(\.schema)
     }
 
-    /// The schema of `table`, including the fields a property bag has used so far.
+    /// The schema of `table`, as declared.
     public func schema(_ table: String) throws -> TableSchema {
         try catalog.table(named: table).schema
+    }
+
+    /// Every field name `table` knows: the declared fields, and for a property bag every field
+    /// name its rows have used so far.
+    public func fieldNames(_ table: String) throws -> [String] {
+        try catalog.table(named: table).fieldNames
     }
 
     /// The LSN of the last committed operation, 0 for an empty log.
@@ -115,22 +121,22 @@ public struct Snapshot {
     /// `false` to stop.
     ///
     /// - Complexity: O(k) for k operations visited, plus O(log n) to find the first.
-    public func forEachOperation(from: UInt64 = 1, through: UInt64 = .max, _ body: (Operation) throws -> Bool) throws {
+    public func forEachOperation(from: UInt64 = 1, through: UInt64 = .max, _ body: (LogEntry) throws -> Bool) throws {
         try txn.scan(views.log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: from.bigEndian) { Array($0) })
             while let entry = e {
                 var r = ByteReader(entry.key)
                 let lsn = try r.bigEndian64()
                 if lsn > through { return }
-                guard try body(try Operation(lsn: lsn, record: entry.value, catalog: catalog)) else { return }
+                guard try body(try LogEntry(lsn: lsn, record: entry.value, catalog: catalog)) else { return }
                 e = try c.next()
             }
         }
     }
 
     /// The operations from LSN `from` through `through`, in order.
-    public func operations(from: UInt64 = 1, through: UInt64 = .max) throws -> [Operation] {
-        var ops: [Operation] = []
+    public func operations(from: UInt64 = 1, through: UInt64 = .max) throws -> [LogEntry] {
+        var ops: [LogEntry] = []
         try forEachOperation(from: from, through: through) { ops.append($0); return true }
         return ops
     }
@@ -139,7 +145,7 @@ public struct Snapshot {
     /// before a delete, so the history of a removed row stays readable.
     ///
     /// - Complexity: O(h log n) for h operations on the row (the `history` view is a range scan).
-    public func history(_ table: String, key: RowKey) throws -> [Operation] {
+    public func history(_ table: String, key: RowKey) throws -> [LogEntry] {
         let t = try catalog.table(named: table)
         var k = ByteWriter(capacity: 40)
         try t.encodeKey(key, into: &k)
@@ -148,7 +154,7 @@ public struct Snapshot {
             guard let record = try lmdb({ () throws(LMDBError) in try txn.get(Swift.withUnsafeBytes(of: lsn.bigEndian) { Array($0) }, in: views.log) }) else {
                 throw StrataError(.corruptRecord, "the history of \(table) \(key) names LSN \(lsn), which is not in the log")
             }
-            return try Operation(lsn: lsn, record: record, catalog: catalog)
+            return try LogEntry(lsn: lsn, record: record, catalog: catalog)
         }
     }
 }

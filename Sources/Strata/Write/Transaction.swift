@@ -215,7 +215,7 @@ public final class Transaction {
     /// originals, a local insert becomes a server row, and a local delete removes the row.
     ///
     /// Sync code calls this when an upload of the row succeeded. The operation's origin is
-    /// ``Operation/Origin/server``.
+    /// ``LogEntry/Origin/server``.
     ///
     /// - Throws: ``StrataError`` `rowNotFound`.
     public func acknowledge(_ table: String, key: RowKey) throws {
@@ -246,7 +246,7 @@ public final class Transaction {
     /// Builds the operation with `rules`, then applies it to the views and appends it to the log.
     /// Logs nothing when the operation would change nothing.
     private func logEdit(
-        _ kind: Operation.Kind, _ t: TableInfo, tableChanged: Bool = false, origin: Operation.Origin = .local,
+        _ kind: LogEntry.Kind, _ t: TableInfo, tableChanged: Bool = false, origin: LogEntry.Origin = .local,
         old: UnsafeRawBufferPointer?,
         _ rules: (inout ByteWriter) throws(StrataError) -> RowFlags
     ) throws(StrataError) {

@@ -4,7 +4,7 @@ import Foundation
 ///
 /// An operation records what a row *is* after it: for every field it touched, the new current
 /// value and the original (server-confirmed) value, plus the row's new pending state.
-public struct Operation: Sendable, Hashable {
+public struct LogEntry: Sendable, Hashable {
     /// What kind of edit produced the operation.
     public enum Kind: UInt8, Sendable, Codable, CustomStringConvertible {
         case insert = 1
