@@ -30,6 +30,8 @@ let package = Package(
         ),
         .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
         .testTarget(name: "StrataTests", dependencies: ["Strata", "LMDB"]),
+        // Runs the built `strata` executable; the dependency makes `swift test` build it first.
+        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI"]),
     ]
 )
 

@@ -1,0 +1,106 @@
+import ArgumentParser
+import Foundation
+import Strata
+
+/// `strata demo`: the life of a small to-do app's store, step by step.
+struct DemoCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "demo",
+        abstract: "Walk through the life of a small to-do app's store.",
+        discussion: """
+            Creates a store (in a temporary folder unless --path is given), edits rows, shows \
+            original and current values, reverts a field, shows a row's history, and rebuilds and \
+            verifies the tables from the log. Needs no server and no network.
+
+            Example:
+              strata demo
+              strata demo --path /tmp/todo-store --keep
+            """
+    )
+
+    @Option(help: "The folder for the demo store (default: a new temporary folder).")
+    var path: String?
+
+    @Flag(help: "Keep the store afterwards (a temporary store is removed by default).")
+    var keep = false
+
+    func validate() throws {
+        if let path, FileManager.default.fileExists(atPath: path + "/data.mdb") {
+            throw ValidationError("'\(path)' already holds a store; the demo needs an empty folder")
+        }
+    }
+
+    func run() throws {
+        let folder = path ?? FileManager.default.temporaryDirectory.appendingPathComponent("strata-demo-\(UUID().uuidString)").path
+        defer { if !keep { try? FileManager.default.removeItem(atPath: folder) } }
+        let store = try Store(path: folder)
+        var step = 0
+        func say(_ title: String, _ lines: [String] = []) {
+            step += 1
+            print("\n\(step). \(title)")
+            for l in lines { print("   \(l)") }
+        }
+
+        say("Open a store", ["folder: \(folder)", "client id: \(store.clientID)"])
+
+        try store.createTable(.fixed("priorities", primaryKey: ["id"], fields: [.int("id"), .string("name")]))
+        try store.createTable(.fixed("tasks", primaryKey: ["id"], fields: [
+            .int("id"), .string("title"), .int("priority"), .bool("done", default: false), .string("notes", nullable: true),
+        ]))
+        say("Create tables", try store.tables.map { t in "\(t.name): \(t.fields.map { "\($0.name) \($0.type)" }.joined(separator: ", "))" })
+
+        try store.write { tx in
+            try tx.insert("priorities", ["id": 1, "name": "high"])
+            try tx.insert("priorities", ["id": 2, "name": "low"])
+            try tx.insert("tasks", ["id": 1, "title": "Buy milk", "priority": 2])
+            try tx.insert("tasks", ["id": 2, "title": "Write report", "priority": 1, "notes": "due Friday"])
+            try tx.insert("tasks", ["id": 3, "title": "Call plumber", "priority": 1])
+        }
+        try say("Insert five rows in one transaction", store.read { snap in
+            try snap.rows("tasks").map(\.description) + ["pending rows: \(try snap.pendingRows().count)"]
+        })
+
+        try store.write { tx in
+            for t in ["priorities", "tasks"] {
+                for row in try tx.snapshot.pendingRows(t) { try tx.acknowledge(t, key: row.key) }
+            }
+        }
+        say("The server accepts the upload: every row is acknowledged", [
+            "pending rows: \(try store.read { try $0.pendingRows().count })",
+        ])
+
+        try store.write { tx in
+            try tx.update("tasks", key: 1, ["title": "Buy oat milk", "done": true])
+            try tx.update("tasks", key: 2, ["notes": "due Monday"])
+            try tx.delete("tasks", key: 3)
+        }
+        let milk = try store.read { try $0.row("tasks", key: 1) }!
+        say("Work offline: edit two tasks, delete one", [
+            "task 1 status: \(milk.status), changed fields: \(milk.changedFields.joined(separator: ", "))",
+            "task 1 title: original \(milk.original("title")), current \(milk["title"])",
+        ] + (try store.read { try $0.pendingRows().map { "pending: \($0)" } }))
+
+        try store.write { try $0.revert("tasks", key: 1, field: "title") }
+        let reverted = try store.read { try $0.row("tasks", key: 1) }!
+        say("Revert one field", [
+            "task 1 title is back to \(reverted["title"]); still changed: \(reverted.changedFields.joined(separator: ", "))",
+        ])
+
+        try store.write { try $0.update("tasks", key: 2, ["notes": "due Friday"]) }
+        let report = try store.read { try $0.row("tasks", key: 2) }!
+        say("Edit a field back to its original value", ["task 2 is \(report.status) again: \(report)"])
+
+        let history = try store.read { try $0.history("tasks", key: 1) }
+        say("History of task 1, operation by operation", history.map { op in
+            let fields = op.changes.map { "\($0.field) = \($0.current)\($0.isChanged ? " (server: \($0.original))" : "")" }
+            return "LSN \(op.lsn) \(op.kind) [\(op.origin)]: \(fields.isEmpty ? "-" : fields.joined(separator: ", "))"
+        })
+
+        let folded = try store.rebuild()
+        let verified = try store.verify()
+        say("Rebuild every table from the log, then verify", [
+            "folded \(folded) operations; \(verified)",
+        ])
+        print("\nDone.\(keep ? " The store is kept at \(folder)." : "")")
+    }
+}

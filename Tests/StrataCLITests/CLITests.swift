@@ -1,0 +1,63 @@
+import Foundation
+import Testing
+
+/// The `strata` executable next to the test bundle in the build folder.
+func strataExecutable() throws -> URL {
+    var dir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    // On macOS the test binary sits inside an .xctest bundle.
+    while dir.pathExtension == "xctest" || dir.lastPathComponent == "MacOS" || dir.lastPathComponent == "Contents" {
+        dir.deleteLastPathComponent()
+    }
+    let url = dir.appendingPathComponent("strata")
+    guard FileManager.default.isExecutableFile(atPath: url.path) else {
+        throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: url.path])
+    }
+    return url
+}
+
+/// Runs `strata` with `arguments`; returns exit status, standard output and standard error.
+func runStrata(_ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
+    let process = Process()
+    process.executableURL = try strataExecutable()
+    process.arguments = arguments
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    try process.run()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+}
+
+@Suite struct CLITests {
+    @Test func demoRunsToCompletionAndTellsTheStory() throws {
+        let r = try runStrata(["demo"])
+        #expect(r.status == 0, "\(r.err)")
+        for expected in [
+            "Buy oat milk", "original \"Buy milk\"", "still changed: done", "[deleted]",
+            "History of task 1", "revert field", "consistent: 15 operations", "Done.",
+        ] {
+            #expect(r.out.contains(expected), "demo output lacks \(expected)")
+        }
+    }
+
+    @Test func demoKeepsItsStoreWhenAsked() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-cli-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let r = try runStrata(["demo", "--path", path, "--keep"])
+        #expect(r.status == 0)
+        #expect(FileManager.default.fileExists(atPath: path + "/data.mdb"))
+        // A second run refuses the non-empty folder with a one-line error and a non-zero status.
+        let again = try runStrata(["demo", "--path", path])
+        #expect(again.status != 0)
+        #expect(again.err.contains("already holds a store"))
+    }
+
+    @Test func versionAndHelp() throws {
+        #expect(try runStrata(["--version"]).out.trimmingCharacters(in: .whitespacesAndNewlines) == "0.1.0")
+        let help = try runStrata(["demo", "--help"])
+        #expect(help.status == 0 && help.out.contains("strata demo --path"))
+    }
+}

@@ -1,0 +1,56 @@
+import Foundation
+import Strata
+import Testing
+
+/// The README's API tour, verbatim apart from the folder: if this stops compiling or passing,
+/// the README is wrong.
+@Suite struct ReadmeTests {
+    @Test func apiTour() throws {
+        try withTemporaryFolder { folder in
+            // --- README tour begins ---
+            let store = try Store(path: folder)
+
+            try store.createTable(.fixed("tasks", primaryKey: ["id"], fields: [
+                .int("id"), .string("title"), .bool("done", default: false), .string("notes", nullable: true),
+            ]))
+
+            // One write = one atomic LMDB transaction: log appends and view updates together.
+            try store.write { tx in
+                try tx.insert("tasks", ["id": 7, "title": "Buy milk"])
+                try tx.insert("tasks", ["id": 8, "title": "Call mum"])
+            }
+
+            // Sync code marks rows the server accepted; their values become the originals.
+            try store.write { tx in
+                for row in try tx.snapshot.pendingRows("tasks") { try tx.acknowledge("tasks", key: row.key) }
+            }
+
+            try store.write { tx in
+                try tx.update("tasks", key: 7, ["title": "Buy oat milk", "done": true])
+                try tx.delete("tasks", key: 8)
+            }
+
+            let task = try store.read { try $0.row("tasks", key: 7) }!
+            print(task["title"], task.original("title"))  // "Buy oat milk" "Buy milk"
+            print(task.status, task.changedFields)        // updated ["title", "done"]
+
+            try store.write { try $0.revert("tasks", key: 7, field: "title") }
+
+            let pending = try store.read { try $0.pendingRows() }   // task 7 (updated), task 8 (deleted)
+            let history = try store.read { try $0.history("tasks", key: 7) }
+            for op in history { print(op.lsn, op.kind, op.changes.map(\.field)) }
+
+            try store.rebuild()                           // drop the views, fold the log again
+            let report = try store.verify()               // views == fold of the log, byte for byte
+            print(report)                                 // consistent: 7 operations, …
+            // --- README tour ends ---
+
+            #expect(task["title"] == "Buy oat milk" && task.original("title") == "Buy milk")
+            #expect(task.status == .updated && task.changedFields == ["title", "done"])
+            #expect(pending.map(\.key) == [7, 8] && pending.map(\.status) == [.updated, .deleted])
+            #expect(history.map(\.kind) == [.insert, .acknowledge, .update, .revertField])
+            #expect(report.isConsistent && report.operations == 7)
+            #expect(try store.read { try $0.row("tasks", key: 7) }!["title"] == "Buy milk")
+        }
+    }
+}
