@@ -236,3 +236,48 @@ private func state(_ store: Store) throws -> [String] {
         }
     }
 }
+
+@Suite struct WritePathTests {
+    @Test func upsertInsertsThenUpdatesOnlyTheGivenFields() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.write { try $0.upsert("tasks", ["id": 1, "title": "first", "priority": 3]) }
+            try store.write { try $0.acknowledge("tasks", key: 1) }
+            try store.write { try $0.upsert("tasks", ["id": 1, "title": "second"]) }
+            let row = try #require(try store.read { try $0.row("tasks", key: 1) })
+            #expect(row["title"] == "second" && row.original("title") == "first")
+            // Not reset to its default: an upsert of an existing row is an update.
+            #expect(row["priority"] == 3)
+            #expect(try store.read { try $0.history("tasks", key: 1).map(\.kind) } == [.insert, .acknowledge, .update])
+        }
+    }
+
+    @Test func intsAreAcceptedForDoubleFieldsAndNothingElseIsCoerced() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.write { try $0.insert("tasks", ["id": 1, "title": "t", "updated": 3]) }
+            #expect(try store.read { try $0.row("tasks", key: 1) }?["updated"] == .double(3))
+            #expect(throws: StrataError.self) { try store.write { try $0.update("tasks", key: 1, ["done": 1]) } }
+        }
+    }
+
+    @Test func asyncWritesAndReads() async throws {
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(tasksSchema)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<20 {
+                    group.addTask { try await store.write { try $0.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) } }
+                }
+                try await group.waitForAll()
+            }
+            #expect(try await store.read { try $0.count("tasks") } == 20)
+        }
+    }
+}
+
+func withTemporaryFolderAsync<R>(_ body: (String) async throws -> R) async throws -> R {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-test-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return try await body(path)
+}
