@@ -7,6 +7,6 @@ struct StrataCommand: ParsableCommand {
         commandName: "strata",
         abstract: "Inspect, debug and demonstrate Strata stores.",
         version: "0.1.0",
-        subcommands: [DemoCommand.self]
+        subcommands: [DemoCommand.self, BenchCommand.self]
     )
 }

@@ -1,0 +1,156 @@
+import ArgumentParser
+import Foundation
+import Strata
+import StrataWorkload
+
+extension Durability: ExpressibleByArgument {}
+
+/// `strata bench`: the reference workload against a fresh store, on this machine.
+struct BenchCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Run the reference workload (shared/bench/WORKLOAD.md) against a fresh store.",
+        discussion: """
+            Preloads rows in one transaction, applies the edit stream in transactions of --batch \
+            edits, then rebuilds the tables from the log. Prints rates, times, size and memory. \
+            The edit stream is generated before timing starts.
+
+            Example:
+              strata bench --edits 100000 --batch 1000
+              strata bench --edits 2000 --batch 1 --json
+            """
+    )
+
+    @Option(help: "Rows preloaded before the edits.") var preload = 100_000
+    @Option(help: "Edits applied after the preload.") var edits = 1_000_000
+    @Option(help: "Edits per transaction.") var batch = 1000
+    @Option(help: "The workload's random seed.") var seed: UInt64 = 42
+    @Option(help: "full, noMetaSync or noSync.") var durability: Durability = .full
+    @Option(help: "The folder for the store (default: a new temporary folder, removed afterwards).") var path: String?
+    @Flag(help: "Print the results as JSON.") var json = false
+
+    func validate() throws {
+        guard preload >= 0, edits >= 0 else { throw ValidationError("--preload and --edits cannot be negative") }
+        guard batch >= 1 else { throw ValidationError("--batch must be at least 1") }
+    }
+
+    struct Result: Codable {
+        var machine: String
+        var preload: Int
+        var edits: Int
+        var batch: Int
+        var durability: String
+        var preloadSeconds: Double
+        var editSeconds: Double
+        var editsPerSecond: Double
+        var rebuildSeconds: Double
+        var rebuildOperationsPerSecond: Double
+        var logOperations: Int
+        var sizeBytes: Int
+        var peakResidentBytes: Int
+        var anonymousResidentBytes: Int
+    }
+
+    func run() throws {
+        let workload = ReferenceWorkload(seed: seed, preloadRows: preload, edits: edits)
+        // Build every edit's arguments before timing, so the clock measures the store only.
+        let columns = ReferenceWorkload.columns
+        let preloadFields = workload.preload.enumerated().map { i, values in
+            FieldValues([("id", .int(Int64(i + 1)))] + zip(columns, values).map { ($0, $1) })
+        }
+        enum Prepared { case insert(FieldValues), update(RowKey, FieldValues), delete(RowKey) }
+        let prepared: [Prepared] = workload.edits.map { e in
+            switch e {
+            case .insert(let id, let values): .insert(FieldValues([("id", .int(id))] + zip(columns, values).map { ($0, $1) }))
+            case .update(let id, let cols, let values): .update(RowKey(.int(id)), FieldValues(zip(cols, values).map { (columns[$0], $1) }))
+            case .delete(let id): .delete(RowKey(.int(id)))
+            }
+        }
+
+        let folder = path ?? FileManager.default.temporaryDirectory.appendingPathComponent("strata-bench-\(UUID().uuidString)").path
+        defer { if path == nil { try? FileManager.default.removeItem(atPath: folder) } }
+        var options = StoreOptions()
+        options.durability = durability
+        options.initialMapSize = 1 << 30
+        let store = try Store(path: folder, options: options)
+        try store.createTable(ReferenceWorkload.schema)
+
+        let preloadSeconds = try measure {
+            try store.write { tx in for f in preloadFields { try tx.insert("tasks", f) } }
+        }
+        Memory.resetPeak()
+        let editSeconds = try measure {
+            var i = 0
+            while i < prepared.count {
+                let end = min(i + batch, prepared.count)
+                try store.write { tx in
+                    for p in prepared[i..<end] {
+                        switch p {
+                        case .insert(let f): try tx.insert("tasks", f)
+                        case .update(let k, let f): try tx.update("tasks", key: k, f)
+                        case .delete(let k): try tx.delete("tasks", key: k)
+                        }
+                    }
+                }
+                i = end
+            }
+        }
+        let peak = Memory.peakResident
+        let anon = Memory.anonymousResident
+        var folded = 0
+        let rebuildSeconds = try measure { folded = try store.rebuild() }
+
+        let result = Result(
+            machine: "\(ProcessInfo.processInfo.activeProcessorCount) cores, \(ProcessInfo.processInfo.physicalMemory >> 30) GiB",
+            preload: preload, edits: edits, batch: batch, durability: durability.rawValue,
+            preloadSeconds: preloadSeconds, editSeconds: editSeconds,
+            editsPerSecond: Double(edits) / editSeconds,
+            rebuildSeconds: rebuildSeconds, rebuildOperationsPerSecond: Double(folded) / rebuildSeconds,
+            logOperations: folded, sizeBytes: store.sizeInBytes,
+            peakResidentBytes: peak, anonymousResidentBytes: anon
+        )
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(result), as: UTF8.self))
+        } else {
+            print("""
+                machine:   \(result.machine)
+                preload:   \(preload) rows in \(format(preloadSeconds)) s
+                edits:     \(edits) in transactions of \(batch) (\(durability.rawValue)): \(format(editSeconds)) s, \(Int(result.editsPerSecond)) edits/s
+                rebuild:   \(folded) operations in \(format(rebuildSeconds)) s, \(Int(result.rebuildOperationsPerSecond)) ops/s
+                size:      \(result.sizeBytes / 1_048_576) MiB
+                memory:    peak resident during edits \(peak / 1_048_576) MiB (anonymous \(anon / 1_048_576) MiB)
+                """)
+        }
+    }
+
+    private func measure(_ body: () throws -> Void) rethrows -> Double {
+        let start = ContinuousClock.now
+        try body()
+        let d = ContinuousClock.now - start
+        return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    }
+
+    private func format(_ s: Double) -> String { String(format: "%.3f", s) }
+}
+
+/// Resident memory from /proc (Linux); zeros elsewhere.
+enum Memory {
+    /// Resets the peak resident size (VmHWM), so a phase can measure its own peak.
+    static func resetPeak() {
+        try? "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+    }
+
+    static var peakResident: Int { status("VmHWM") }
+    static var anonymousResident: Int { status("RssAnon") }
+
+    private static func status(_ field: String) -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
+            let kb = line.split(separator: " ").compactMap { Int($0) }.first ?? 0
+            return kb * 1024
+        }
+        return 0
+    }
+}
