@@ -281,3 +281,31 @@ func withTemporaryFolderAsync<R>(_ body: (String) async throws -> R) async throw
     defer { try? FileManager.default.removeItem(atPath: path) }
     return try await body(path)
 }
+
+@Suite struct HistoryTests {
+    @Test func historySurvivesRemovalAndContinuesWhenTheKeyReturns() throws {
+        var options = StoreOptions()
+        options.checkInvariants = true
+        try withStore(options) { store, _ in
+            try store.createTable(tasksSchema)
+            try store.write { try $0.insert("tasks", ["id": 1, "title": "first life"]) }
+            try store.write { try $0.insert("tasks", ["id": 2, "title": "neighbour"]) }
+            // A local insert that is deleted leaves no row at all…
+            try store.write { try $0.delete("tasks", key: 1) }
+            #expect(try store.read { try $0.row("tasks", key: 1, includingDeleted: true) } == nil)
+            // …but its history is still there.
+            #expect(try store.read { try $0.history("tasks", key: 1).map(\.kind) } == [.insert, .delete])
+            try store.write { try $0.insert("tasks", ["id": 1, "title": "second life"]) }
+            try store.write { try $0.update("tasks", key: 1, ["done": true]) }
+            let history = try store.read { try $0.history("tasks", key: 1) }
+            #expect(history.map(\.kind) == [.insert, .delete, .insert, .update])
+            #expect(history.map(\.lsn) == [1, 3, 4, 5])
+            #expect(history[2].changes.first { $0.field == "title" }?.current == "second life")
+            #expect(try store.read { try $0.history("tasks", key: 2).map(\.lsn) } == [2])
+            #expect(try store.read { try $0.history("tasks", key: 3) }.isEmpty)
+            #expect(try store.verify().isConsistent)
+            try store.rebuild()
+            #expect(try store.read { try $0.history("tasks", key: 1).map(\.lsn) } == [1, 3, 4, 5])
+        }
+    }
+}

@@ -11,8 +11,12 @@
 /// An **operation** (value in `log`) is
 ///
 ///     u8 format, u8 kind, u8 origin, varint txnID, varint timestamp (µs since 1970),
-///     varint schemaVersion, varint targetLength, target (the `rows` key), u8 flagsAfter,
-///     field entries in field-id order
+///     varint schemaVersion, varint targetLength, target (the `rows` key), varint prevLSN,
+///     u8 flagsAfter, field entries in field-id order
+///
+/// `prevLSN` is the LSN of the previous operation on the same row (0 for its first): the
+/// operations of a row form a chain through the log, so a row's history costs no index — and no
+/// extra random page write per edit.
 ///
 /// and says what the row *is* after the operation: the new entry of every field it touched (a
 /// clean null entry removes the field) and the row's new flags (`gone` removes the row). Applying
@@ -114,6 +118,8 @@ struct OperationHeader {
     var schemaVersion: UInt64
     /// The `rows` key of the row the operation applies to.
     var target: Range<Int>
+    /// The previous operation on the same row, 0 for none.
+    var prevLSN: UInt64
     var flagsAfter: RowFlags
     var entriesStart: Int
 
@@ -132,6 +138,7 @@ struct OperationHeader {
         guard n >= 4, n <= UInt64(r.remaining) else { throw r.corrupt("operation target length \(n)") }
         target = r.offset..<r.offset + Int(n)
         r.offset += Int(n)
+        prevLSN = try r.varint()
         flagsAfter = RowFlags(rawValue: try r.byte())
         entriesStart = r.offset
     }

@@ -5,9 +5,9 @@ import LMDB
 public struct VerifyReport: Sendable, CustomStringConvertible {
     /// One entry that differs between the live views and the views rebuilt from the log.
     public struct Difference: Sendable, Hashable, CustomStringConvertible {
-        /// The view: `rows`, `pending` or `history`.
+        /// The view: `rows`, `pending` or `gone`.
         public let view: String
-        /// The row, as `table key` (for `history`, followed by the LSN).
+        /// The row, as `table key`.
         public let entry: String
         /// `missing` (rebuilt has it, live does not), `extra` (live has it, rebuilt does not) or
         /// `different` (both have it with different content).
@@ -38,7 +38,7 @@ public struct VerifyReport: Sendable, CustomStringConvertible {
 }
 
 extension Store {
-    /// Drops the views (`rows`, `pending`, `history`) and folds the whole log again, in one write
+    /// Drops the views (`rows`, `pending`, `gone`) and folds the whole log again, in one write
     /// transaction. Returns the number of operations folded.
     ///
     /// - Complexity: O(m log n) for m operations in the log.
@@ -74,7 +74,7 @@ extension Store {
                     var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
                     var rebuiltSums = liveSums
                     var differences: [VerifyReport.Difference] = []
-                    for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("history", views.history, scratchViews.history)] {
+                    for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("gone", views.gone, scratchViews.gone)] {
                         let (l, r) = try compare(name, live, a, rebuilt, b, catalog: catalog, into: &differences)
                         liveSums[name] = l
                         rebuiltSums[name] = r
@@ -89,7 +89,6 @@ extension Store {
     static func foldLog(from reader: some ReadableTransaction, log: Database, into txn: LMDB.WriteTransaction, views: Views) throws(StrataError) -> Int {
         var op = ByteWriter(capacity: 512)
         var row = ByteWriter(capacity: 512)
-        var history = ByteWriter(capacity: 64)
         var count = 0
         var previous: UInt64 = 0
         try reader.scan(log) { c in
@@ -107,7 +106,7 @@ extension Store {
                     let header = try OperationHeader(o)
                     let target = UnsafeRawBufferPointer(rebasing: o[header.target])
                     let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows) }
-                    try views.apply(operation: o, header: header, lsn: lsn, old: old, in: txn, scratch: &row, historyKey: &history)
+                    try views.apply(operation: o, header: header, lsn: lsn, old: old, in: txn, scratch: &row)
                 }
                 count += 1
                 e = try c.next()
@@ -127,15 +126,7 @@ extension Store {
         var rebuiltCount = 0
         func note(_ key: UnsafeRawBufferPointer, _ kind: String) {
             guard differences.count < VerifyReport.maxDifferences else { return }
-            var entry: String
-            if name == "history" && key.count > 8 {
-                entry = catalog.describe(rowsKey: UnsafeRawBufferPointer(rebasing: key[..<(key.count - 8)]))
-                var r = ByteReader(key, offset: key.count - 8)
-                entry += " @\((try? r.bigEndian64()) ?? 0)"
-            } else {
-                entry = catalog.describe(rowsKey: key)
-            }
-            differences.append(.init(view: name, entry: entry, kind: kind))
+            differences.append(.init(view: name, entry: catalog.describe(rowsKey: key), kind: kind))
         }
         try liveTxn.withCursor(liveDB) { a in
             try rebuiltTxn.withCursor(rebuiltDB) { b in
@@ -192,30 +183,30 @@ struct Digest {
 
 /// The invariant check behind ``StoreOptions/checkInvariants``.
 enum Invariants {
-    /// Re-folds the row `target` from its history and checks the live `rows` and `pending`
-    /// entries equal the result.
+    /// Re-folds the row `target` from its chain of operations and checks the live `rows` and
+    /// `pending` entries equal the result.
     static func checkRow(_ target: [UInt8], txn: LMDB.WriteTransaction, views: Views) throws(StrataError) {
-        let lsns = try txn.historyLSNs(of: target, views: views)
+        var chain: [(UInt64, [UInt8])] = []
+        try Store.asStrataError {
+            try txn.reader.forEachInChain(of: target, views: views) { lsn, record in chain.append((lsn, Array(record))) }
+        }
         var state: [UInt8]? = nil
         var pending = false
         var out = ByteWriter(capacity: 256)
-        for lsn in lsns {
-            guard let op = try lmdb({ () throws(LMDBError) in try txn.get(Swift.withUnsafeBytes(of: lsn.bigEndian) { Array($0) }, in: views.log) }) else {
-                throw StrataError(.corruptRecord, "invariant: history names LSN \(lsn), missing from the log")
-            }
-            let header = try OperationHeader(op)
-            let result: Bool?
-            if let s = state {
-                result = try withBytes(s) { (o) throws(StrataError) in try RowFold.apply(old: o, op: op, header: header, lsn: lsn, into: &out) }
-            } else {
-                result = try RowFold.apply(old: nil, op: op, header: header, lsn: lsn, into: &out)
+        for (lsn, op) in chain.reversed() {
+            let result = try withBytes(op) { (o) throws(StrataError) -> Bool? in
+                let header = try OperationHeader(o)
+                if let s = state {
+                    return try withBytes(s) { (old) throws(StrataError) in try RowFold.apply(old: old, op: o, header: header, lsn: lsn, into: &out) }
+                }
+                return try RowFold.apply(old: nil, op: o, header: header, lsn: lsn, into: &out)
             }
             state = result == nil ? nil : out.bytes
             pending = result == true
         }
         let live = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows).map(Array.init) }
         guard live == state else {
-            throw StrataError(.corruptRecord, "invariant: the live row differs from the fold of its \(lsns.count) operations")
+            throw StrataError(.corruptRecord, "invariant: the live row differs from the fold of its \(chain.count) operations")
         }
         let livePending = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.pending) } != nil
         guard livePending == pending else {

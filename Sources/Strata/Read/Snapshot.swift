@@ -142,20 +142,19 @@ public struct Snapshot {
     }
 
     /// Every operation that touched the row `key` of `table`, oldest first — including those
-    /// before a delete, so the history of a removed row stays readable.
+    /// before a removal, so the history of a row that no longer exists stays readable.
     ///
-    /// - Complexity: O(h log n) for h operations on the row (the `history` view is a range scan).
+    /// - Complexity: O(h log m) for h operations on the row: the operations of a row form a chain
+    ///   through the log, followed from the row's last one.
     public func history(_ table: String, key: RowKey) throws -> [LogEntry] {
         let t = try catalog.table(named: table)
         var k = ByteWriter(capacity: 40)
         try t.encodeKey(key, into: &k)
-        let lsns = try txn.historyLSNs(of: k.bytes, views: views)
-        return try lsns.map { lsn in
-            guard let record = try lmdb({ () throws(LMDBError) in try txn.get(Swift.withUnsafeBytes(of: lsn.bigEndian) { Array($0) }, in: views.log) }) else {
-                throw StrataError(.corruptRecord, "the history of \(table) \(key) names LSN \(lsn), which is not in the log")
-            }
-            return try LogEntry(lsn: lsn, record: record, catalog: catalog)
+        var entries: [LogEntry] = []
+        try txn.forEachInChain(of: k.bytes, views: views) { lsn, record in
+            entries.append(try LogEntry(lsn: lsn, record: record, catalog: catalog))
         }
+        return entries.reversed()
     }
 }
 
@@ -163,17 +162,34 @@ public struct Snapshot {
 extension Snapshot: Sendable {}
 
 extension ReadableTransaction {
-    /// The LSNs recorded in `history` for the `rows` key `target`, in order.
-    func historyLSNs(of target: [UInt8], views: Views) throws(StrataError) -> [UInt64] {
-        try scan(views.history) { c in
-            var lsns: [UInt64] = []
-            var e = try c.seek(atLeast: target)
-            while let entry = e, entry.key.count == target.count + 8, entry.key.starts(with: target) {
-                var r = ByteReader(entry.key, offset: target.count)
-                lsns.append(try r.bigEndian64())
-                e = try c.next()
+    /// The LSN of the operation that removed the row at `target`, 0 when it was never removed.
+    func goneLSN(_ target: [UInt8], views: Views) throws(StrataError) -> UInt64 {
+        guard let b = try lmdb({ () throws(LMDBError) in try get(target, in: views.gone) }) else { return 0 }
+        var r = ByteReader(b)
+        return try r.bigEndian64()
+    }
+
+    /// Calls `body` with each operation on the row at `target`, newest first, following the
+    /// chain of `prevLSN`s from the row's last operation (or from the one that removed it).
+    func forEachInChain(of target: [UInt8], views: Views, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
+        var lsn: UInt64
+        if let row = try lmdb({ () throws(LMDBError) in try get(target, in: views.rows) }) {
+            lsn = try RowHeader(row).lastLSN
+        } else {
+            lsn = try goneLSN(target, views: views)
+        }
+        while lsn != 0 {
+            var key = lsn.bigEndian
+            let found = try lmdb { () throws(LMDBError) in try Swift.withUnsafeBytes(of: &key) { (k) throws(LMDBError) in try get(k, in: views.log) } }
+            guard let record = found else {
+                throw StrataError(.corruptRecord, "the history of a row names LSN \(lsn), which is not in the log")
             }
-            return lsns
+            let header = try OperationHeader(record)
+            guard header.prevLSN < lsn else {
+                throw StrataError(.corruptRecord, "operation \(lsn) names a later operation (\(header.prevLSN)) as its predecessor")
+            }
+            try body(lsn, record)
+            lsn = header.prevLSN
         }
     }
 }

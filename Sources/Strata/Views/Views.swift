@@ -7,61 +7,66 @@ import LMDB
 /// | `log` | LSN, 8 bytes big-endian | operation record |
 /// | `rows` | table id (4 bytes BE) + row key | row state record |
 /// | `pending` | table id + row key | LSN that made the row pending (8 bytes BE) |
-/// | `history` | table id + row key + LSN (8 bytes BE) | empty |
+/// | `gone` | table id + row key | LSN of the operation that removed the row (8 bytes BE) |
 /// | `meta` | ASCII name | store metadata (format, catalog, counters, client id) |
 struct Views: Sendable {
     let log: Database
     let rows: Database
     let pending: Database
-    let history: Database
+    /// The last LSN of rows that no longer exist, so that their history (a chain through the
+    /// log that starts at a row's last LSN) stays reachable and continues if the key comes back.
+    let gone: Database
     let meta: Database
 
-    static let names = (log: "log", rows: "rows", pending: "pending", history: "history", meta: "meta")
+    static let names = (log: "log", rows: "rows", pending: "pending", gone: "gone", meta: "meta")
 
     static func open(_ txn: LMDB.WriteTransaction) throws(LMDBError) -> Views {
         Views(
             log: try txn.openDatabase(names.log),
             rows: try txn.openDatabase(names.rows),
             pending: try txn.openDatabase(names.pending),
-            history: try txn.openDatabase(names.history),
+            gone: try txn.openDatabase(names.gone),
             meta: try txn.openDatabase(names.meta)
         )
     }
 
     /// The databases derived from the log, which ``Store/rebuild()`` drops and refills.
-    var derived: [Database] { [rows, pending, history] }
+    var derived: [Database] { [rows, pending, gone] }
 
-    /// Folds one operation into `rows`, `pending` and `history`.
+    /// Folds one operation into `rows`, `pending` and `gone`.
     ///
     /// `old` is the row's current state (or `nil`); it is read completely before the first write,
-    /// since a write may invalidate memory lent by LMDB. `scratch` and `historyKey` are reusable
-    /// buffers.
+    /// since a write may invalidate memory lent by LMDB. `scratch` is a reusable buffer.
     ///
     /// - Complexity: O(log n) per database touched, plus the size of the row.
     func apply(
         operation op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64, old: UnsafeRawBufferPointer?,
-        in txn: LMDB.WriteTransaction, scratch: inout ByteWriter, historyKey: inout ByteWriter
+        in txn: LMDB.WriteTransaction, scratch: inout ByteWriter
     ) throws(StrataError) {
-        let wasPending = try old.map { (o) throws(StrataError) in try RowFold.isPending(o) } ?? false
+        var wasPending = false
+        if let old {
+            // The chain must be unbroken: the operation follows the row's last one.
+            let last = try RowHeader(old).lastLSN
+            guard header.prevLSN == last else {
+                throw StrataError(.corruptRecord, "operation \(lsn) follows LSN \(header.prevLSN), but its row was last changed at LSN \(last)")
+            }
+            wasPending = try RowFold.isPending(old)
+        }
         let isPending = try RowFold.apply(old: old, op: op, header: header, lsn: lsn, into: &scratch)
         let target = UnsafeRawBufferPointer(rebasing: op[header.target])
         try lmdb { () throws(LMDBError) in
+            var lsnBE = lsn.bigEndian
             if isPending == nil {
                 try txn.delete(target, in: rows)
+                try withUnsafeBytes(of: &lsnBE) { (b) throws(LMDBError) in try txn.put(target, b, in: gone) }
             } else {
+                if old == nil && header.prevLSN != 0 { try txn.delete(target, in: gone) }
                 try scratch.withUnsafeBytes { (b) throws(LMDBError) in try txn.put(target, b, in: rows) }
             }
             if isPending == true, !wasPending {
-                var lsnBE = lsn.bigEndian
                 try withUnsafeBytes(of: &lsnBE) { (b) throws(LMDBError) in try txn.put(target, b, in: pending) }
             } else if isPending != true, wasPending {
                 try txn.delete(target, in: pending)
-            }
-            historyKey.reset()
-            historyKey.append(target)
-            historyKey.appendBigEndian(lsn)
-            try historyKey.withUnsafeBytes { (k) throws(LMDBError) in
-                try txn.put(k, UnsafeRawBufferPointer(start: nil, count: 0), in: history)
             }
         }
     }

@@ -28,7 +28,6 @@ public final class Transaction {
     private var newValues: [NewValue] = []
     private var opBuf = ByteWriter(capacity: 512)
     private var rowBuf = ByteWriter(capacity: 512)
-    private var historyBuf = ByteWriter(capacity: 64)
     /// Rows touched, kept only when invariant checks are on.
     private var touched: Set<[UInt8]> = []
 
@@ -261,6 +260,7 @@ public final class Transaction {
         opBuf.appendVarint(baseCatalogVersion + (catalogChanged || tableChanged ? 1 : 0))
         opBuf.appendVarint(UInt64(keyBuf.count))
         opBuf.append(keyBuf.bytes)
+        opBuf.appendVarint(try previousLSN(old))
         let flagsAt = opBuf.count
         opBuf.append(0)
         let entriesStart = opBuf.count
@@ -275,7 +275,7 @@ public final class Transaction {
         }
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
             let header = try OperationHeader(op)
-            try views.apply(operation: op, header: header, lsn: lsn, old: old, in: txn, scratch: &rowBuf, historyKey: &historyBuf)
+            try views.apply(operation: op, header: header, lsn: lsn, old: old, in: txn, scratch: &rowBuf)
             try lmdb { () throws(LMDBError) in
                 var k = lsn.bigEndian
                 try withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try txn.put(kb, op, in: views.log, flags: .append) }
@@ -287,6 +287,13 @@ public final class Transaction {
         }
         if store.options.checkInvariants { touched.insert(keyBuf.bytes) }
         nextLSN += 1
+    }
+
+    /// The LSN the new operation on the row at `keyBuf` follows: the row's last one, or, for a
+    /// key with no row, the operation that removed an earlier row with that key (0 if none).
+    private func previousLSN(_ old: UnsafeRawBufferPointer?) throws(StrataError) -> UInt64 {
+        if let old { return try RowHeader(old).lastLSN }
+        return try txn.goneLSN(keyBuf.bytes, views: views)
     }
 
     /// Persists catalog changes and, when enabled, checks the invariants. Called before commit.
