@@ -14,6 +14,14 @@ public struct LogEntry: Sendable, Hashable {
         case revertRow = 5
         case revertTable = 6
         case acknowledge = 7
+        /// A row created or changed by a server delta (merge).
+        case serverChange = 8
+        /// A row deleted by a server delta (merge).
+        case serverDelete = 9
+        /// The app resolved a conflict.
+        case resolve = 10
+        /// A client reset replaced the row with the server's.
+        case reset = 11
 
         public var description: String {
             switch self {
@@ -24,6 +32,10 @@ public struct LogEntry: Sendable, Hashable {
             case .revertRow: "revert row"
             case .revertTable: "revert table"
             case .acknowledge: "acknowledge"
+            case .serverChange: "server change"
+            case .serverDelete: "server delete"
+            case .resolve: "resolve"
+            case .reset: "reset"
             }
         }
     }
@@ -67,6 +79,11 @@ public struct LogEntry: Sendable, Hashable {
     public let isPendingInsert: Bool
     /// Whether the row is a local delete not yet acknowledged, after the operation.
     public let isPendingDelete: Bool
+    /// Whether the row holds an unresolved conflict after the operation.
+    public let isConflicted: Bool
+    /// Bytes recorded with the operation by the code that wrote it (the sync layer's audit of a
+    /// merge decision); empty for local edits.
+    public let annotation: [UInt8]
 
     /// Decodes the operation stored at `lsn`.
     init(lsn: UInt64, record: UnsafeRawBufferPointer, catalog: Catalog) throws(StrataError) {
@@ -93,5 +110,7 @@ public struct LogEntry: Sendable, Hashable {
         self.removesRow = h.flagsAfter.contains(.gone)
         self.isPendingInsert = h.flagsAfter.contains(.inserted)
         self.isPendingDelete = h.flagsAfter.contains(.deleted)
+        self.isConflicted = h.flagsAfter.contains(.conflicted)
+        self.annotation = Array(record[h.annotation])
     }
 }

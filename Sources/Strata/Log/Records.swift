@@ -12,7 +12,9 @@
 ///
 ///     u8 format, u8 kind, u8 origin, varint txnID, varint timestamp (µs since 1970),
 ///     varint schemaVersion, varint targetLength, target (the `rows` key), varint prevLSN,
-///     u8 flagsAfter, field entries in field-id order
+///     u8 flagsAfter, varint annotationLength, annotation, field entries in field-id order
+///
+/// The annotation is opaque to the store: sync code records its merge decisions there.
 ///
 /// `prevLSN` is the LSN of the previous operation on the same row (0 for its first): the
 /// operations of a row form a chain through the log, so a row's history costs no index — and no
@@ -121,6 +123,8 @@ struct OperationHeader {
     /// The previous operation on the same row, 0 for none.
     var prevLSN: UInt64
     var flagsAfter: RowFlags
+    /// Bytes the store does not interpret (the sync layer's audit record); often empty.
+    var annotation: Range<Int>
     var entriesStart: Int
 
     init(_ record: UnsafeRawBufferPointer) throws(StrataError) {
@@ -140,6 +144,10 @@ struct OperationHeader {
         r.offset += Int(n)
         prevLSN = try r.varint()
         flagsAfter = RowFlags(rawValue: try r.byte())
+        let a = try r.varint()
+        guard a <= UInt64(r.remaining) else { throw r.corrupt("annotation length \(a)") }
+        annotation = r.offset..<r.offset + Int(a)
+        r.offset += Int(a)
         entriesStart = r.offset
     }
 

@@ -34,6 +34,8 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
     /// The row's field names: every declared field of a fixed table, the key fields and the
     /// fields that hold a value in a property bag.
     public let fieldNames: [String]
+    /// The names of the primary key fields, in key order.
+    public let keyFieldNames: [String]
     let currents: [Value]
     let originals: [Value]
 
@@ -118,6 +120,7 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
         self.isConflicted = h.flags.contains(.conflicted)
         self.lastLSN = h.lastLSN
         self.fieldNames = names
+        self.keyFieldNames = t.schema.primaryKey
         self.currents = cur
         self.originals = orig
     }

@@ -246,7 +246,7 @@ public final class Transaction {
     /// Logs nothing when the operation would change nothing.
     private func logEdit(
         _ kind: LogEntry.Kind, _ t: TableInfo, tableChanged: Bool = false, origin: LogEntry.Origin = .local,
-        old: UnsafeRawBufferPointer?,
+        annotation: [UInt8] = [], old: UnsafeRawBufferPointer?,
         _ rules: (inout ByteWriter) throws(StrataError) -> RowFlags
     ) throws(StrataError) {
         if txnID == 0 { txnID = (try txn.metaUInt64(MetaKey.lastTxn, in: views) ?? 0) + 1 }
@@ -263,10 +263,12 @@ public final class Transaction {
         opBuf.appendVarint(try previousLSN(old))
         let flagsAt = opBuf.count
         opBuf.append(0)
+        opBuf.appendVarint(UInt64(annotation.count))
+        opBuf.append(annotation)
         let entriesStart = opBuf.count
         let flags = try rules(&opBuf)
         let oldFlags = try old.map { (o) throws(StrataError) in try RowHeader(o).flags }
-        if opBuf.count == entriesStart && flags == oldFlags { return }
+        if opBuf.count == entriesStart && flags == oldFlags && annotation.isEmpty { return }
         opBuf.bytes[flagsAt] = flags.rawValue
 
         if tableChanged {
@@ -287,6 +289,47 @@ public final class Transaction {
         }
         if store.options.checkInvariants { touched.insert(keyBuf.bytes) }
         nextLSN += 1
+    }
+
+    /// Logs the operation that turns the stored row at `target` into the one described by
+    /// `wanted` (complete field entries, by id) and `flags`: only differing entries are recorded.
+    func writeRowState(
+        _ t: TableInfo, target: [UInt8], wanted: [(id: Int, entry: [UInt8])], flags: RowFlags,
+        kind: LogEntry.Kind, origin: LogEntry.Origin, annotation: [UInt8], tableChanged: Bool
+    ) throws(StrataError) {
+        checkOpen()
+        keyBuf.reset()
+        keyBuf.append(target)
+        let old = try storedRow()
+        if old == nil && flags.contains(.gone) && annotation.isEmpty { return }
+        try logEdit(kind, t, tableChanged: tableChanged, origin: origin, annotation: annotation, old: old) { (op) throws(StrataError) in
+            if flags.contains(.gone) { return flags }
+            var oldEntries: [(id: Int, whole: Range<Int>)] = []
+            if let old {
+                var r = ByteReader(old, offset: try RowHeader(old).entriesStart)
+                while let e = try r.nextEntry() { oldEntries.append((e.id, e.whole)) }
+            }
+            var i = 0
+            var j = 0
+            while i < oldEntries.count || j < wanted.count {
+                if j == wanted.count || (i < oldEntries.count && oldEntries[i].id < wanted[j].id) {
+                    // The field is no longer wanted: it becomes null.
+                    op.appendVarint(UInt64(oldEntries[i].id))
+                    op.append(0)
+                    op.append(ValueTag.null)
+                    i += 1
+                } else if i == oldEntries.count || wanted[j].id < oldEntries[i].id {
+                    op.append(wanted[j].entry)
+                    j += 1
+                } else {
+                    let same = withBytes(wanted[j].entry) { EditRules.same($0, UnsafeRawBufferPointer(rebasing: old![oldEntries[i].whole])) }
+                    if !same { op.append(wanted[j].entry) }
+                    i += 1
+                    j += 1
+                }
+            }
+            return flags
+        }
     }
 
     /// The LSN the new operation on the row at `keyBuf` follows: the row's last one, or, for a

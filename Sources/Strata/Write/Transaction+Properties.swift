@@ -1,0 +1,31 @@
+import LMDB
+
+extension Transaction {
+    /// Sets a named property of the store (`nil` removes it), in this transaction: it commits or
+    /// rolls back with the edits. Sync code keeps its anchor here; apps may keep a data version.
+    ///
+    /// Properties are metadata, not rows: they are not logged and not part of the views.
+    public func setProperty(_ name: String, _ value: Value?) throws {
+        let key = Array(("p:" + name).utf8)
+        try lmdb { () throws(LMDBError) in
+            if let value {
+                try txn.put(key, value.encoded, in: views.meta)
+            } else {
+                try txn.delete(key, in: views.meta)
+            }
+        }
+    }
+
+    /// The named property as this transaction sees it.
+    public func property(_ name: String) throws -> Value? {
+        try snapshot.property(name)
+    }
+}
+
+extension Snapshot {
+    /// A named property of the store (see ``Transaction/setProperty(_:_:)``), or `nil`.
+    public func property(_ name: String) throws -> Value? {
+        guard let bytes = try txn.meta("p:" + name, in: views) else { return nil }
+        return try Value(decoding: bytes)
+    }
+}

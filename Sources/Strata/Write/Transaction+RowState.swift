@@ -1,0 +1,110 @@
+import LMDB
+
+/// The complete state of a row as sync code computes it: per field the original (server) and
+/// current values, and the row's flags. See ``Transaction/setRowState(_:key:_:kind:origin:annotation:)``.
+public struct RowState: Sendable, Hashable {
+    /// A field's original (server-confirmed) and current value.
+    public struct Field: Sendable, Hashable {
+        public var original: Value
+        public var current: Value
+        public init(original: Value, current: Value) {
+            self.original = original
+            self.current = current
+        }
+        /// A field the server and the device agree on.
+        public static func clean(_ value: Value) -> Field { Field(original: value, current: value) }
+    }
+
+    /// The non-key fields; a field not listed is null on both sides.
+    public var fields: [String: Field]
+    /// Inserted locally and not yet acknowledged (originals are then ignored).
+    public var isInserted: Bool
+    /// Deleted locally and not yet acknowledged.
+    public var isDeleted: Bool
+    /// Holds a conflict the app has not resolved; the batcher holds it back.
+    public var isConflicted: Bool
+
+    public init(fields: [String: Field] = [:], isInserted: Bool = false, isDeleted: Bool = false, isConflicted: Bool = false) {
+        self.fields = fields
+        self.isInserted = isInserted
+        self.isDeleted = isDeleted
+        self.isConflicted = isConflicted
+    }
+
+    /// The state of a stored row (key fields left out).
+    public init(_ row: Row) {
+        var fields: [String: Field] = [:]
+        let key = Set(row.keyFieldNames)
+        for name in row.fieldNames where !key.contains(name) {
+            let f = Field(original: row.original(name), current: row[name])
+            if !(f.original.isNull && f.current.isNull) { fields[name] = f }
+        }
+        self.init(fields: fields, isInserted: row.status == .inserted, isDeleted: row.status == .deleted, isConflicted: row.isConflicted)
+    }
+
+    /// The current value of `field`.
+    public subscript(field: String) -> Value { fields[field]?.current ?? .null }
+}
+
+extension Transaction {
+    /// Sets a row's complete state — `nil` removes the row — and logs one operation recording
+    /// the fields that differ from the stored state, with the given kind, origin and annotation.
+    ///
+    /// This is the primitive the sync layer (merge, acknowledgements, resets) writes with; the
+    /// rules that decide the state live there. Nothing is logged when nothing changes and
+    /// `annotation` is empty.
+    ///
+    /// - Throws: ``StrataError`` `fieldNotFound`, `typeMismatch` (originals may be null; currents
+    ///   must fit the field), `nullNotAllowed`.
+    public func setRowState(
+        _ table: String, key: RowKey, _ state: RowState?, kind: LogEntry.Kind, origin: LogEntry.Origin, annotation: [UInt8] = []
+    ) throws {
+        var t = try catalog.table(named: table)
+        var k = ByteWriter(capacity: 32)
+        try t.encodeKey(key, into: &k)
+        // Build the wanted entries first: validation must finish before anything is written.
+        var wanted: [(id: Int, entry: [UInt8])] = []
+        var tableChanged = false
+        if let state {
+            for (name, f) in state.fields.sorted(by: { $0.key < $1.key }) {
+                var id = t.fieldIDs[name]
+                if id == nil {
+                    guard t.isPropertyBag else {
+                        throw StrataError(.fieldNotFound, "table '\(t.name)' has no field '\(name)'")
+                    }
+                    id = t.addField(name)
+                    tableChanged = true
+                }
+                guard !t.isKeyField(id!) else { continue }
+                var current = f.current
+                var original = f.original
+                if let def = t.definitions[id!] {
+                    current = try t.coerce(current, def)
+                    if !original.isNull { original = try t.coerce(original, FieldDefinition(def.name, def.type, nullable: true)) }
+                }
+                var w = ByteWriter(capacity: 32)
+                w.appendVarint(UInt64(id!))
+                if state.isInserted || original == current {
+                    if current.isNull { continue }
+                    w.append(0)
+                } else {
+                    w.append(1)
+                    w.appendValue(original)
+                }
+                w.appendValue(current)
+                wanted.append((id!, w.bytes))
+            }
+            wanted.sort { $0.id < $1.id }
+        }
+        var flags: RowFlags = []
+        if let state {
+            if state.isInserted { flags.insert(.inserted) }
+            if state.isDeleted { flags.insert(.deleted) }
+            if state.isConflicted { flags.insert(.conflicted) }
+        } else {
+            flags = [.gone]
+        }
+        try writeRowState(t, target: k.bytes, wanted: wanted, flags: flags, kind: kind, origin: origin, annotation: annotation, tableChanged: tableChanged)
+    }
+}
+
