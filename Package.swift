@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "Strata", targets: ["Strata"]),
         .library(name: "LMDB", targets: ["LMDB"]),
+        .library(name: "StrataSync", targets: ["StrataSync"]),
         .library(name: "StrataWorkload", targets: ["StrataWorkload"]),
         .executable(name: "strata", targets: ["StrataCLI"]),
     ],
@@ -22,18 +23,22 @@ let package = Package(
         ),
         .target(name: "LMDB", dependencies: ["CLMDB"]),
         .target(name: "Strata", dependencies: ["LMDB"]),
+        // Server deltas, three-way merge and conflict policies (and later batching).
+        .target(name: "StrataSync", dependencies: ["Strata"]),
         // The reference workload of shared/bench/WORKLOAD.md, shared by `strata bench` and Benchmarks/.
         .target(name: "StrataWorkload", dependencies: ["Strata"]),
         .executableTarget(
             name: "StrataCLI",
             dependencies: [
                 "Strata",
+                "StrataSync",
                 "StrataWorkload",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
         .testTarget(name: "StrataTests", dependencies: ["Strata", "LMDB", "StrataWorkload"]),
+        .testTarget(name: "StrataSyncTests", dependencies: ["StrataSync", "Strata"]),
         // Runs the built `strata` executable; the dependency makes `swift test` build it first.
         .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI"]),
     ]

@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 
 /// The compact binary encoding of a ``Value`` inside records (row states and operations).
 ///
@@ -124,5 +125,47 @@ extension Value {
         var r = ByteReader(bytes)
         self = try r.value()
         guard r.isAtEnd else { throw r.corrupt("trailing bytes after a value") }
+    }
+}
+
+/// The store's binary value encoding, for code that records values in its own records (such as
+/// the sync layer's audit annotations).
+public enum ValueCoding {
+    /// Appends the canonical encoding of `value`.
+    public static func append(_ value: Value, to bytes: inout [UInt8]) {
+        var w = ByteWriter(capacity: 0)
+        swap(&w.bytes, &bytes)
+        w.appendValue(value)
+        swap(&w.bytes, &bytes)
+    }
+
+    /// Appends `value` as a LEB128 varint.
+    public static func appendVarint(_ value: UInt64, to bytes: inout [UInt8]) {
+        var w = ByteWriter(capacity: 0)
+        swap(&w.bytes, &bytes)
+        w.appendVarint(value)
+        swap(&w.bytes, &bytes)
+    }
+
+    /// Reads one value at `offset` and moves `offset` past it.
+    ///
+    /// - Throws: ``StrataError`` `corruptRecord` for bytes that are not a value.
+    public static func readValue(_ bytes: [UInt8], at offset: inout Int) throws(StrataError) -> Value {
+        try withBytes(bytes) { (b) throws(StrataError) in
+            var r = ByteReader(b, offset: offset)
+            let v = try r.value()
+            offset = r.offset
+            return v
+        }
+    }
+
+    /// Reads a varint at `offset` and moves `offset` past it.
+    public static func readVarint(_ bytes: [UInt8], at offset: inout Int) throws(StrataError) -> UInt64 {
+        try withBytes(bytes) { (b) throws(StrataError) in
+            var r = ByteReader(b, offset: offset)
+            let v = try r.varint()
+            offset = r.offset
+            return v
+        }
     }
 }

@@ -1,0 +1,80 @@
+import Foundation
+import Strata
+
+/// The changes a server sends since an anchor: per table, rows upserted and keys deleted.
+///
+/// ```swift
+/// let delta = ServerDelta(since: "v41", anchor: "v42", tables: [
+///     TableDelta("tasks", upserts: [ServerRow(["id": 7, "title": "Buy oat milk"])], deletes: [8]),
+/// ])
+/// let report = try sync.merge(delta)
+/// ```
+public struct ServerDelta: Sendable, Codable, Hashable {
+    /// Whether the delta lists changes, or the whole of each table it names.
+    public enum Mode: String, Sendable, Codable {
+        /// Only the rows listed changed; every other row is as before.
+        case incremental
+        /// A full snapshot of each table listed: a local row absent from it was deleted on the
+        /// server (a pending local insert is kept: the server has never seen it).
+        case snapshot
+    }
+
+    /// The anchor the delta continues from; `nil` skips the check (a first sync, a snapshot).
+    public var since: String?
+    /// The anchor to store once the delta is merged; the next pull asks from here.
+    public var anchor: String
+    public var mode: Mode
+    public var tables: [TableDelta]
+
+    public init(since: String? = nil, anchor: String, mode: Mode = .incremental, tables: [TableDelta]) {
+        self.since = since
+        self.anchor = anchor
+        self.mode = mode
+        self.tables = tables
+    }
+}
+
+/// The changes of one table in a ``ServerDelta``.
+public struct TableDelta: Sendable, Codable, Hashable {
+    public var table: String
+    /// Rows created or changed on the server. A row lists its key fields and the fields it sets;
+    /// fields it does not list are unchanged on the server.
+    public var upserts: [ServerRow]
+    /// Keys of rows deleted on the server.
+    public var deletes: [RowKey]
+
+    public init(_ table: String, upserts: [ServerRow] = [], deletes: [RowKey] = []) {
+        self.table = table
+        self.upserts = upserts
+        self.deletes = deletes
+    }
+}
+
+/// One row as the server sends it.
+public struct ServerRow: Sendable, Codable, Hashable {
+    /// The key fields and the fields the server sets.
+    public var fields: [String: Value]
+    /// The server's version of the row, if it has one (kept in the audit record).
+    public var version: String?
+    /// When the row last changed on the server; the last-writer-wins policy compares it with the
+    /// time of the last local edit.
+    public var timestamp: Date?
+
+    public init(_ fields: [String: Value], version: String? = nil, timestamp: Date? = nil) {
+        self.fields = fields
+        self.version = version
+        self.timestamp = timestamp
+    }
+}
+
+extension RowKey: Codable {
+    /// A key is encoded as the array of its values.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(values)
+    }
+
+    public init(from decoder: any Decoder) throws {
+        self.init(try decoder.singleValueContainer().decode([Value].self))
+    }
+}

@@ -1,0 +1,91 @@
+import Strata
+
+/// The audit record a merge writes with each server operation: what the server sent, what was
+/// local, and what was chosen. Read it back from a ``LogEntry`` with ``init(_:)``.
+public struct MergeAudit: Sendable, Hashable {
+    /// The anchor of the delta that caused the operation.
+    public var anchor: String
+    /// The server's version of the row, if the delta gave one.
+    public var serverVersion: String?
+    /// The conflict found, if any.
+    public var conflict: Conflict.Kind?
+    /// How it was resolved (`server`, `local`, `merged`, `deferred`), if there was a conflict.
+    public var resolution: String?
+    /// The policy that resolved it.
+    public var policy: String?
+    /// Every field decision.
+    public var decisions: [FieldDecision]
+
+    static let format: UInt8 = 1
+
+    /// The audit of a merge operation, or `nil` when the entry carries none.
+    public init?(_ entry: LogEntry) {
+        guard let audit = try? MergeAudit(decoding: entry.annotation) else { return nil }
+        self = audit
+    }
+
+    init(anchor: String, serverVersion: String?, conflict: Conflict.Kind?, resolution: String?, policy: String?, decisions: [FieldDecision]) {
+        self.anchor = anchor
+        self.serverVersion = serverVersion
+        self.conflict = conflict
+        self.resolution = resolution
+        self.policy = policy
+        self.decisions = decisions
+    }
+
+    var encoded: [UInt8] {
+        var b: [UInt8] = [Self.format]
+        ValueCoding.append(.string(anchor), to: &b)
+        ValueCoding.append(serverVersion.map(Value.string) ?? .null, to: &b)
+        b.append(conflict?.rawValue ?? 0)
+        ValueCoding.append(resolution.map(Value.string) ?? .null, to: &b)
+        ValueCoding.append(policy.map(Value.string) ?? .null, to: &b)
+        ValueCoding.appendVarint(UInt64(decisions.count), to: &b)
+        for d in decisions {
+            ValueCoding.append(.string(d.field), to: &b)
+            b.append(d.outcome.rawValue)
+            b.append(d.base == nil ? 0 : 1)
+            if let base = d.base { ValueCoding.append(base, to: &b) }
+            ValueCoding.append(d.local, to: &b)
+            ValueCoding.append(d.server, to: &b)
+        }
+        return b
+    }
+
+    init(decoding b: [UInt8]) throws {
+        func bad() -> StrataError { StrataError(.corruptRecord, "a merge audit record is damaged") }
+        guard b.first == Self.format else { throw bad() }
+        var i = 1
+        func string() throws -> String? {
+            switch try ValueCoding.readValue(b, at: &i) {
+            case .null: return nil
+            case .string(let s): return s
+            default: throw bad()
+            }
+        }
+        func byte() throws -> UInt8 {
+            guard i < b.count else { throw bad() }
+            defer { i += 1 }
+            return b[i]
+        }
+        guard let anchor = try string() else { throw bad() }
+        self.anchor = anchor
+        serverVersion = try string()
+        let c = try byte()
+        conflict = c == 0 ? nil : Conflict.Kind(rawValue: c)
+        resolution = try string()
+        policy = try string()
+        let n = try ValueCoding.readVarint(b, at: &i)
+        guard n <= UInt64(b.count) else { throw bad() }
+        var decisions: [FieldDecision] = []
+        for _ in 0..<n {
+            guard let field = try string(), let outcome = FieldDecision.Outcome(rawValue: try byte()) else { throw bad() }
+            let base: Value? = try byte() == 1 ? try ValueCoding.readValue(b, at: &i) : nil
+            let local = try ValueCoding.readValue(b, at: &i)
+            let server = try ValueCoding.readValue(b, at: &i)
+            decisions.append(FieldDecision(field: field, base: base, local: local, server: server, outcome: outcome))
+        }
+        guard i == b.count else { throw bad() }
+        self.decisions = decisions
+    }
+}

@@ -1,0 +1,61 @@
+import Strata
+
+/// What a merge did.
+public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
+    /// One conflict and how it was settled.
+    public struct ConflictRecord: Sendable, Hashable {
+        public let table: String
+        public let key: RowKey
+        public let kind: Conflict.Kind
+        public let fields: [String]
+        /// `server`, `local`, `merged` or `deferred`.
+        public let resolution: String
+        /// The policy that decided.
+        public let policy: String
+    }
+
+    /// Rows whose state changed.
+    public var rowsApplied = 0
+    /// Fields that took the server's value (changed only on the server).
+    public var fieldsFromServer = 0
+    /// Fields changed only locally that stay pending.
+    public var fieldsKeptLocal = 0
+    /// Fields changed on both sides to the same value.
+    public var fieldsSettled = 0
+    /// Every conflict found, with its resolution.
+    public var conflicts: [ConflictRecord] = []
+
+    /// Conflicts left for the app to resolve.
+    public var deferred: Int { conflicts.filter { $0.resolution == "deferred" }.count }
+    /// Conflicts settled, by policy name.
+    public var resolvedByPolicy: [String: Int] {
+        conflicts.filter { $0.resolution != "deferred" }.reduce(into: [:]) { $0[$1.policy, default: 0] += 1 }
+    }
+
+    public var description: String {
+        "\(rowsApplied) rows applied; fields: \(fieldsFromServer) from the server, \(fieldsKeptLocal) kept local, \(fieldsSettled) settled; \(conflicts.count) conflicts (\(deferred) deferred)"
+    }
+
+    static func name(_ r: Resolution) -> String {
+        switch r {
+        case .server: "server"
+        case .local: "local"
+        case .merged: "merged"
+        case .deferred: "deferred"
+        }
+    }
+
+    mutating func record(_ outcome: MergeOutcome, table: String, key: RowKey, policy: ConflictPolicy) {
+        for d in outcome.decisions {
+            switch d.outcome {
+            case .takeServer: fieldsFromServer += 1
+            case .keepLocal: fieldsKeptLocal += 1
+            case .settled: fieldsSettled += 1
+            default: break
+            }
+        }
+        if let c = outcome.conflict, let r = outcome.resolution {
+            conflicts.append(ConflictRecord(table: table, key: key, kind: c.kind, fields: c.fields, resolution: Self.name(r), policy: policy.name))
+        }
+    }
+}

@@ -1,0 +1,283 @@
+import Foundation
+import Strata
+
+/// What the server says about one row.
+enum ServerChange: Sendable {
+    /// The fields the server sets (key fields excluded); fields not listed are unchanged.
+    case upsert([String: Value])
+    case delete
+}
+
+/// One field's fate in a merge, as recorded in the audit.
+public struct FieldDecision: Sendable, Hashable {
+    public enum Outcome: UInt8, Sendable, Hashable {
+        /// Changed only on the server: the server's value was taken.
+        case takeServer = 1
+        /// Changed only locally: the local value stays pending.
+        case keepLocal = 2
+        /// Changed on both sides to the same value: no longer pending.
+        case settled = 3
+        /// Conflict resolved for the server.
+        case conflictServer = 4
+        /// Conflict resolved for the local value (its original is now the server's value).
+        case conflictLocal = 5
+        /// Conflict resolved with merged values.
+        case conflictMerged = 6
+        /// Conflict kept for the app to resolve.
+        case conflictDeferred = 7
+    }
+
+    public let field: String
+    /// The value the server last confirmed before the merge (`nil` for a row inserted on both sides).
+    public let base: Value?
+    public let local: Value
+    public let server: Value
+    public let outcome: Outcome
+}
+
+/// The result of merging one row.
+struct MergeOutcome {
+    /// The row's new state; `nil` removes it.
+    var state: RowState?
+    var decisions: [FieldDecision] = []
+    var conflict: Conflict?
+    var resolution: Resolution?
+}
+
+/// The three-way merge of one row: the server's change against the local state, field by field.
+///
+/// Per field, with *base* the original (what the server last confirmed), *local* the current
+/// value and *server* the value in the delta:
+///
+/// | local vs base | server vs base | result |
+/// |---|---|---|
+/// | unchanged | unchanged | nothing |
+/// | unchanged | changed | take the server's value; the field is clean |
+/// | changed | unchanged | keep the local value, still pending |
+/// | changed | changed to the local value | settled: clean at that value |
+/// | changed | changed to another value | conflict → the policy |
+///
+/// Conflicts by policy: *server wins* takes the server's value (clean); *client wins* keeps the
+/// local value and moves its original to the server's, so the upload carries the server's value
+/// as "old"; *deferred* does the same and marks the row conflicted; *custom* lets a resolver pick.
+///
+/// Row-level rules:
+///
+/// | local row | server upserts | server deletes |
+/// |---|---|---|
+/// | none | a new clean row | nothing |
+/// | unchanged | fields taken | removed |
+/// | updated | field rules above | conflict (local update vs server delete): server → removed; local → uploaded again as an insert |
+/// | inserted locally | conflict on every differing field (no base); the row becomes a server row | kept: the server never had this row |
+/// | deleted locally | if the server changed a field, conflict: server → row restored with the server's values; local → stays deleted, originals updated | settled: removed |
+enum MergeRules {
+    static func resolve(_ c: Conflict, _ policy: ConflictPolicy) -> Resolution {
+        switch policy {
+        case .serverWins: .server
+        case .clientWins: .local
+        case .deferred: .deferred
+        case .lastWriterWins:
+            // Ties and missing timestamps go to the server: every client decides alike.
+            if let l = c.localTimestamp, let s = c.serverTimestamp, l > s { .local } else { .server }
+        case .custom(let resolver): resolver(c)
+        }
+    }
+
+    static func merge(
+        table: String, key: RowKey, local: RowState?, server: ServerChange,
+        serverTimestamp: Date?, localTimestamp: () -> Date?, policy: ConflictPolicy
+    ) -> MergeOutcome {
+        switch server {
+        case .upsert(let values):
+            guard let local else {
+                var out = MergeOutcome(state: RowState(fields: values.filter { !$0.value.isNull }.mapValues(RowState.Field.clean)))
+                for (f, v) in values.sorted(by: { $0.key < $1.key }) {
+                    out.decisions.append(FieldDecision(field: f, base: .null, local: .null, server: v, outcome: .takeServer))
+                }
+                return out
+            }
+            if local.isDeleted {
+                return deletedLocally(table, key, local, values, serverTimestamp, localTimestamp, policy)
+            }
+            return fields(table, key, local, values, serverTimestamp, localTimestamp, policy)
+        case .delete:
+            guard let local else { return MergeOutcome(state: nil) }
+            if local.isInserted { return MergeOutcome(state: local) }
+            if local.isDeleted { return MergeOutcome(state: nil) }
+            let dirty = local.fields.filter { $0.value.original != $0.value.current }.keys.sorted()
+            if dirty.isEmpty { return MergeOutcome(state: nil) }
+            let conflict = Conflict(
+                table: table, key: key, kind: .localUpdateServerDelete, fields: dirty,
+                base: local.fields.mapValues(\.original), local: local.fields.mapValues(\.current), server: [:],
+                localTimestamp: localTimestamp(), serverTimestamp: serverTimestamp
+            )
+            let resolution = resolve(conflict, policy)
+            var out = MergeOutcome(state: nil, conflict: conflict, resolution: resolution)
+            // Re-created rows go up as inserts of their current values.
+            var recreated = RowState(fields: local.fields.mapValues { .clean($0.current) }.filter { !$0.value.current.isNull }, isInserted: true)
+            switch resolution {
+            case .server: out.state = nil
+            case .local: out.state = recreated
+            case .merged(let m):
+                for (f, v) in m { recreated.fields[f] = .clean(v) }
+                out.state = recreated
+            case .deferred:
+                recreated.isConflicted = true
+                out.state = recreated
+            }
+            let outcome = outcomeFor(resolution)
+            out.decisions = dirty.map { FieldDecision(field: $0, base: local.fields[$0]?.original ?? .null, local: local[$0], server: .null, outcome: outcome) }
+            return out
+        }
+    }
+
+    private static func outcomeFor(_ r: Resolution) -> FieldDecision.Outcome {
+        switch r {
+        case .server: .conflictServer
+        case .local: .conflictLocal
+        case .merged: .conflictMerged
+        case .deferred: .conflictDeferred
+        }
+    }
+
+    /// A live row (server-known or inserted locally) and server values.
+    private static func fields(
+        _ table: String, _ key: RowKey, _ local: RowState, _ values: [String: Value],
+        _ serverTimestamp: Date?, _ localTimestamp: () -> Date?, _ policy: ConflictPolicy
+    ) -> MergeOutcome {
+        var state = local
+        var out = MergeOutcome(state: nil)
+        var conflicting: [String] = []
+        let insertInsert = local.isInserted
+        // For a row inserted on both sides there is no base: the fields the server lists are
+        // compared; a local field it does not list stays pending against a null original (the
+        // server has no value for it that this device knows of).
+        let names = values.keys.sorted()
+        state.isInserted = false
+        if insertInsert {
+            for (f, field) in local.fields where values[f] == nil {
+                state.fields[f] = RowState.Field(original: .null, current: field.current)
+            }
+        }
+        for f in names {
+            let s = values[f] ?? .null
+            let field = local.fields[f] ?? .clean(.null)
+            let l = field.current
+            if insertInsert {
+                if l == s {
+                    state.fields[f] = .clean(s)
+                    out.decisions.append(FieldDecision(field: f, base: nil, local: l, server: s, outcome: .settled))
+                } else {
+                    conflicting.append(f)
+                }
+                continue
+            }
+            let b = field.original
+            if l == b {
+                if s != b {
+                    state.fields[f] = .clean(s)
+                    out.decisions.append(FieldDecision(field: f, base: b, local: l, server: s, outcome: .takeServer))
+                }
+            } else if s == b {
+                out.decisions.append(FieldDecision(field: f, base: b, local: l, server: s, outcome: .keepLocal))
+            } else if s == l {
+                state.fields[f] = .clean(s)
+                out.decisions.append(FieldDecision(field: f, base: b, local: l, server: s, outcome: .settled))
+            } else {
+                conflicting.append(f)
+            }
+        }
+        if !conflicting.isEmpty {
+            var server = local.fields.mapValues(\.original)
+            for (f, v) in values { server[f] = v }
+            let conflict = Conflict(
+                table: table, key: key, kind: insertInsert ? .insertInsert : .fields, fields: conflicting,
+                base: insertInsert ? [:] : local.fields.mapValues(\.original), local: local.fields.mapValues(\.current),
+                server: insertInsert ? values : server, localTimestamp: localTimestamp(), serverTimestamp: serverTimestamp
+            )
+            let resolution = resolve(conflict, policy)
+            out.conflict = conflict
+            out.resolution = resolution
+            let outcome = outcomeFor(resolution)
+            for f in conflicting {
+                let s = values[f] ?? .null
+                let l = local[f]
+                switch resolution {
+                case .server: state.fields[f] = .clean(s)
+                case .local, .deferred: state.fields[f] = RowState.Field(original: s, current: l)
+                case .merged(let m): state.fields[f] = RowState.Field(original: s, current: m[f] ?? s)
+                }
+                out.decisions.append(FieldDecision(field: f, base: insertInsert ? nil : (local.fields[f]?.original ?? .null), local: l, server: s, outcome: outcome))
+            }
+            if case .deferred = resolution { state.isConflicted = true }
+        }
+        state.fields = state.fields.filter { !($0.value.original.isNull && $0.value.current.isNull) }
+        // A conflict flag with nothing left to resolve would hold the row back for nothing.
+        if state.isConflicted && state.fields.values.allSatisfy({ $0.original == $0.current }) {
+            state.isConflicted = false
+        }
+        out.state = state
+        return out
+    }
+
+    /// A row deleted locally (its fields hold the server's last values) and server values.
+    private static func deletedLocally(
+        _ table: String, _ key: RowKey, _ local: RowState, _ values: [String: Value],
+        _ serverTimestamp: Date?, _ localTimestamp: () -> Date?, _ policy: ConflictPolicy
+    ) -> MergeOutcome {
+        let changed = values.filter { local.fields[$0.key]?.original ?? .null != $0.value }.keys.sorted()
+        guard !changed.isEmpty else { return MergeOutcome(state: local) }
+        var server = local.fields.mapValues(\.original)
+        for (f, v) in values { server[f] = v }
+        server = server.filter { !$0.value.isNull }
+        let conflict = Conflict(
+            table: table, key: key, kind: .localDeleteServerUpdate, fields: changed,
+            base: local.fields.mapValues(\.original), local: [:], server: server,
+            localTimestamp: localTimestamp(), serverTimestamp: serverTimestamp
+        )
+        let resolution = resolve(conflict, policy)
+        var out = MergeOutcome(state: nil, conflict: conflict, resolution: resolution)
+        var state = RowState(fields: server.mapValues(RowState.Field.clean), isConflicted: local.isConflicted)
+        switch resolution {
+        case .server:
+            state.isConflicted = false
+        case .local:
+            state.isDeleted = true
+        case .merged(let m):
+            for (f, v) in m { state.fields[f] = RowState.Field(original: server[f] ?? .null, current: v) }
+            state.isConflicted = false
+        case .deferred:
+            state.isDeleted = true
+            state.isConflicted = true
+        }
+        out.state = state
+        let outcome = outcomeFor(resolution)
+        out.decisions = changed.map { FieldDecision(field: $0, base: local.fields[$0]?.original ?? .null, local: .null, server: values[$0]!, outcome: outcome) }
+        return out
+    }
+
+    /// A client reset: the server's row (`nil`: the server has none) against the local state.
+    /// Keeping local changes re-applies every locally changed field on top of the server's
+    /// values; otherwise the server's row replaces the local one.
+    static func reset(local: RowState?, server: [String: Value]?, keepLocalChanges: Bool) -> RowState? {
+        let fresh = server.map { RowState(fields: $0.filter { !$0.value.isNull }.mapValues(RowState.Field.clean)) }
+        guard keepLocalChanges, let local, local.isInserted || local.isDeleted || local.fields.values.contains(where: { $0.original != $0.current }) else {
+            return fresh
+        }
+        if local.isDeleted { return fresh.map { var s = $0; s.isDeleted = true; return s } }
+        guard var state = fresh else {
+            // The server lost the row (or never had it): upload it as an insert.
+            return RowState(fields: local.fields.mapValues { .clean($0.current) }.filter { !$0.value.current.isNull }, isInserted: true)
+        }
+        for (f, field) in local.fields where local.isInserted || field.original != field.current {
+            state.fields[f] = RowState.Field(original: state.fields[f]?.original ?? .null, current: field.current)
+        }
+        if local.isInserted {
+            for (f, field) in state.fields where local.fields[f] == nil {
+                state.fields[f] = RowState.Field(original: field.original, current: .null)
+            }
+        }
+        state.fields = state.fields.filter { !($0.value.original.isNull && $0.value.current.isNull) }
+        return state
+    }
+}

@@ -1,0 +1,273 @@
+import Foundation
+import Strata
+
+/// The sync side of a store: merges server deltas into it, lists and resolves conflicts, and
+/// resets it from a server snapshot.
+///
+/// ```swift
+/// let sync = SyncClient(store: store, policy: .serverWins, tablePolicies: ["notes": .deferred])
+/// let report = try sync.merge(delta)            // one transaction, anchor included
+/// for c in try sync.conflicts() { try sync.resolve(c.table, key: c.key, with: .local) }
+/// ```
+public final class SyncClient: Sendable {
+    public let store: Store
+    /// The policy for tables without one of their own.
+    public let policy: ConflictPolicy
+    /// Policies per table name.
+    public let tablePolicies: [String: ConflictPolicy]
+
+    /// The store property holding the anchor of the last merged delta.
+    public static let anchorProperty = "strata.sync.anchor"
+
+    public init(store: Store, policy: ConflictPolicy = .serverWins, tablePolicies: [String: ConflictPolicy] = [:]) {
+        self.store = store
+        self.policy = policy
+        self.tablePolicies = tablePolicies
+    }
+
+    /// The anchor of the last merged delta (`nil` before the first), to pull the next one from.
+    public func anchor() throws -> String? {
+        try store.read { try $0.property(Self.anchorProperty)?.stringValue }
+    }
+
+    // MARK: Merge
+
+    /// Merges a server delta into the store in one write transaction, together with its anchor:
+    /// a crash or an error leaves the store and the anchor exactly as before.
+    ///
+    /// Each row is merged field by field against the pending local edits (see `MergeRules.swift`
+    /// for every rule); conflicts are settled by `policy` if given, else by the table's policy,
+    /// else by the client's. Every changed row gets a server-origin log entry carrying a
+    /// ``MergeAudit`` of the decisions.
+    ///
+    /// - Throws: ``StrataError``: `tableNotFound`, `fieldNotFound`, `typeMismatch`, `missingField`
+    ///   (a row without its key, or a new row without a required field), `invalidKey`,
+    ///   `invalidOperation` (a key listed twice, or a delta that does not continue from the
+    ///   stored anchor).
+    /// - Complexity: O(r log n) for r rows in the delta; a snapshot also reads every local row of
+    ///   the tables it lists.
+    @discardableResult
+    public func merge(_ delta: ServerDelta, policy: ConflictPolicy? = nil) throws -> MergeReport {
+        try store.write { tx in
+            let current = try tx.property(Self.anchorProperty)?.stringValue
+            if let since = delta.since, since != current {
+                throw StrataError(.invalidOperation, "the delta continues from anchor '\(since)' but the store is at \(current.map { "'\($0)'" } ?? "no anchor"); pull again from the stored anchor")
+            }
+            var report = MergeReport()
+            for table in delta.tables {
+                let p = policy ?? tablePolicies[table.table] ?? self.policy
+                try mergeTable(table, mode: delta.mode, anchor: delta.anchor, policy: p, tx: tx, report: &report)
+            }
+            try tx.setProperty(Self.anchorProperty, .string(delta.anchor))
+            return report
+        }
+    }
+
+    private func mergeTable(_ delta: TableDelta, mode: ServerDelta.Mode, anchor: String, policy: ConflictPolicy, tx: Transaction, report: inout MergeReport) throws {
+        let snap = tx.snapshot
+        let schema = try snap.schema(delta.table)
+        let keyFields = Set(schema.primaryKey)
+        var seen = Set<RowKey>()
+        func context(_ key: RowKey) -> String { "the delta's row \(key) of table '\(delta.table)'" }
+
+        for (index, row) in delta.upserts.enumerated() {
+            var keyValues: [Value] = []
+            for k in schema.primaryKey {
+                guard let v = row.fields[k], !v.isNull else {
+                    throw StrataError(.missingField, "row \(index) of table '\(delta.table)' in the delta lacks its key field '\(k)'")
+                }
+                keyValues.append(v)
+            }
+            var values = row.fields.filter { !keyFields.contains($0.key) }
+            if schema.mode == .fixed {
+                for name in values.keys where schema.field(name) == nil {
+                    throw StrataError(.fieldNotFound, "\(context(RowKey(keyValues))) sets field '\(name)', which the table does not have")
+                }
+            }
+            let existing = try tx.row(delta.table, key: RowKey(keyValues), includingDeleted: true)
+            let key = existing?.key ?? RowKey(keyValues)
+            guard seen.insert(key).inserted else {
+                throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
+            }
+            if existing == nil && schema.mode == .fixed {
+                // A row new to this device: fields the server leaves out take their defaults.
+                for f in schema.fields where !keyFields.contains(f.name) && values[f.name] == nil {
+                    if let d = f.defaultValue {
+                        values[f.name] = d
+                    } else if !f.isNullable {
+                        throw StrataError(.missingField, "\(context(key)) is new to this device but lacks the required field '\(f.name)'")
+                    }
+                }
+            }
+            try apply(.upsert(values), table: delta.table, key: key, local: existing, server: row, anchor: anchor, policy: policy, tx: tx, report: &report)
+        }
+        for key in delta.deletes {
+            let existing = try tx.row(delta.table, key: key, includingDeleted: true)
+            let k = existing?.key ?? key
+            guard seen.insert(k).inserted else {
+                throw StrataError(.invalidOperation, "\(context(k)) is listed twice")
+            }
+            try apply(.delete, table: delta.table, key: k, local: existing, server: nil, anchor: anchor, policy: policy, tx: tx, report: &report)
+        }
+        if mode == .snapshot {
+            // Rows the snapshot leaves out were deleted on the server.
+            let missing = try snap.rows(delta.table, includingDeleted: true).filter { !seen.contains($0.key) }
+            for row in missing {
+                try apply(.delete, table: delta.table, key: row.key, local: row, server: nil, anchor: anchor, policy: policy, tx: tx, report: &report)
+            }
+        }
+    }
+
+    private func apply(
+        _ change: ServerChange, table: String, key: RowKey, local: Row?, server: ServerRow?,
+        anchor: String, policy: ConflictPolicy, tx: Transaction, report: inout MergeReport
+    ) throws {
+        let localState = local.map(RowState.init)
+        let outcome = MergeRules.merge(
+            table: table, key: key, local: localState, server: change,
+            serverTimestamp: server?.timestamp,
+            localTimestamp: { Self.lastLocalEdit(table, key, tx) },
+            policy: policy
+        )
+        report.record(outcome, table: table, key: key, policy: policy)
+        guard outcome.state != localState || outcome.conflict != nil else { return }
+        let audit = MergeAudit(
+            anchor: anchor, serverVersion: server?.version, conflict: outcome.conflict?.kind,
+            resolution: outcome.resolution.map(MergeReport.name), policy: outcome.conflict == nil ? nil : policy.name,
+            decisions: outcome.decisions
+        )
+        let kind: LogEntry.Kind = if case .delete = change { .serverDelete } else { .serverChange }
+        try tx.setRowState(table, key: key, outcome.state, kind: kind, origin: .server, annotation: audit.encoded)
+        if outcome.state != localState { report.rowsApplied += 1 }
+    }
+
+    /// When the row was last edited on this device, for last-writer-wins.
+    static func lastLocalEdit(_ table: String, _ key: RowKey, _ tx: Transaction) -> Date? {
+        (try? tx.snapshot.history(table, key: key))?.last { $0.origin == .local }?.timestamp
+    }
+
+    // MARK: Conflicts
+
+    /// The rows holding a conflict the app has not resolved (left by the ``ConflictPolicy/deferred``
+    /// policy or a custom resolver), in table and key order.
+    public func conflicts() throws -> [UnresolvedConflict] {
+        try store.read { snap in
+            try snap.pendingRows().filter(\.isConflicted).map(UnresolvedConflict.init)
+        }
+    }
+
+    /// How the app settles a conflict.
+    public enum Choice: Sendable, Hashable {
+        /// Take the server's values (for a row the server deleted: remove it; for a row deleted
+        /// locally that the server changed: restore it).
+        case server
+        /// Keep the local values; they stay pending and are uploaded.
+        case local
+        /// Set these current values (others keep theirs); the row stays pending against the
+        /// server's values.
+        case values([String: Value])
+    }
+
+    /// Resolves the conflict on a row, making it pending (local values) or settled (server's).
+    ///
+    /// - Throws: ``StrataError`` `rowNotFound`, or `invalidOperation` when the row holds no conflict.
+    public func resolve(_ table: String, key: RowKey, with choice: Choice) throws {
+        try store.write { tx in
+            guard let row = try tx.row(table, key: key, includingDeleted: true) else {
+                throw StrataError(.rowNotFound, "table '\(table)' has no row with key \(key)")
+            }
+            guard row.isConflicted else {
+                throw StrataError(.invalidOperation, "row \(key) of table '\(table)' holds no conflict")
+            }
+            var state: RowState? = RowState(row)
+            state!.isConflicted = false
+            switch choice {
+            case .server:
+                if state!.isInserted {
+                    state = nil
+                } else {
+                    state!.isDeleted = false
+                    state!.fields = state!.fields.mapValues { .clean($0.original) }
+                }
+            case .local:
+                break
+            case .values(let values):
+                state!.isDeleted = false
+                for (f, v) in values {
+                    state!.fields[f] = RowState.Field(original: state!.fields[f]?.original ?? .null, current: v)
+                }
+            }
+            try tx.setRowState(table, key: row.key, state, kind: .resolve, origin: .local)
+        }
+    }
+
+    // MARK: Client reset
+
+    /// Replaces the store's data with a server snapshot, for when the server no longer knows
+    /// this client or has lost its history. Tables the snapshot does not list are left alone.
+    ///
+    /// With `keepLocalChanges`, every unsynced local edit is re-applied on top of the fresh data
+    /// (a changed field keeps its local value against the server's as original; a local insert
+    /// stays an insert, or becomes an update if the server has the key; a local delete stays a
+    /// delete if the server still has the row). Without it, local edits are discarded.
+    ///
+    /// - Complexity: O(n log n) over the rows of the listed tables.
+    @discardableResult
+    public func reset(with snapshot: ServerDelta, keepLocalChanges: Bool) throws -> MergeReport {
+        try store.write { tx in
+            var report = MergeReport()
+            for table in snapshot.tables {
+                let schema = try tx.snapshot.schema(table.table)
+                var server: [RowKey: [String: Value]] = [:]
+                for row in table.upserts {
+                    let key = RowKey(try schema.primaryKey.map { k in
+                        guard let v = row.fields[k] else {
+                            throw StrataError(.missingField, "a row of table '\(table.table)' in the snapshot lacks its key field '\(k)'")
+                        }
+                        return v
+                    })
+                    server[key] = row.fields.filter { !schema.primaryKey.contains($0.key) }
+                }
+                var keys = Set(server.keys)
+                for row in try tx.snapshot.rows(table.table, includingDeleted: true) { keys.insert(row.key) }
+                for key in keys.sorted(by: { $0.description < $1.description }) {
+                    let local = try tx.row(table.table, key: key, includingDeleted: true).map(RowState.init)
+                    let state = MergeRules.reset(local: local, server: server[key], keepLocalChanges: keepLocalChanges)
+                    if state != local {
+                        try tx.setRowState(table.table, key: key, state, kind: .reset, origin: .server)
+                        report.rowsApplied += 1
+                    }
+                }
+            }
+            try tx.setProperty(Self.anchorProperty, .string(snapshot.anchor))
+            return report
+        }
+    }
+}
+
+/// A row holding a conflict the app has not resolved.
+public struct UnresolvedConflict: Sendable, Hashable {
+    public let table: String
+    public let key: RowKey
+    /// The fields whose local value differs from the server's.
+    public let fields: [String]
+    /// The local values of those fields.
+    public let local: [String: Value]
+    /// The server's values of those fields.
+    public let server: [String: Value]
+    /// The device deleted the row; the server changed it.
+    public let isDeletedLocally: Bool
+    /// The server deleted the row; the device changed it.
+    public let isDeletedOnServer: Bool
+
+    init(_ row: Row) {
+        table = row.table
+        key = row.key
+        isDeletedLocally = row.status == .deleted
+        isDeletedOnServer = row.status == .inserted
+        let names = row.status == .inserted ? row.fieldNames.filter { !row.keyFieldNames.contains($0) && !row[$0].isNull } : row.changedFields
+        fields = names
+        local = Dictionary(uniqueKeysWithValues: names.map { ($0, row.status == .deleted ? .null : row[$0]) })
+        server = Dictionary(uniqueKeysWithValues: names.map { ($0, row.status == .inserted ? .null : row.original($0)) })
+    }
+}
