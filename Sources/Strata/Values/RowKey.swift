@@ -127,3 +127,6 @@ enum KeyCodec {
         return RowKey(values)
     }
 }
+
+/// `"user-\(id)"` is a single string key.
+extension RowKey: ExpressibleByStringInterpolation {}

@@ -152,3 +152,6 @@ extension Value: Codable {
         }
     }
 }
+
+/// `"task \(n)"` is a string value.
+extension Value: ExpressibleByStringInterpolation {}
