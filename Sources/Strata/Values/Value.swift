@@ -14,6 +14,10 @@ public enum ValueType: String, Sendable, Codable, CaseIterable, CustomStringConv
 /// Two values are equal when they have the same type and the same stored bits: `.int(1)` is not
 /// `.double(1)`, `0.0` is not `-0.0`, and a NaN equals the same NaN. This is the equality the store
 /// uses to decide whether a field changed, so it matches the binary encoding exactly.
+///
+/// Because `nil` is a `Value` literal, `fields[name] = isEmpty ? nil : value` on a
+/// `[String: Value]` stores `.null` rather than removing the key: the conditional's type is
+/// `Value`. Use `removeValue(forKey:)` to remove.
 public enum Value: Sendable, Hashable {
     case null
     case bool(Bool)

@@ -52,7 +52,8 @@ public struct TableDelta: Sendable, Codable, Hashable {
 
 /// One row as the server sends it.
 public struct ServerRow: Sendable, Codable, Hashable {
-    /// The key fields and the fields the server sets.
+    /// The key fields and the fields the server sets. A field left out is unchanged on the
+    /// server; to clear a field, list it with `null`.
     public var fields: [String: Value]
     /// The server's version of the row, if it has one (kept in the audit record).
     public var version: String?
