@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Strata
+import StrataSync
 
 /// `strata demo`: the life of a small to-do app's store, step by step.
 struct DemoCommand: ParsableCommand {
@@ -9,8 +10,9 @@ struct DemoCommand: ParsableCommand {
         abstract: "Walk through the life of a small to-do app's store.",
         discussion: """
             Creates a store (in a temporary folder unless --path is given), edits rows, shows \
-            original and current values, reverts a field, shows a row's history, and rebuilds and \
-            verifies the tables from the log. Needs no server and no network.
+            original and current values, reverts a field, merges a server delta that conflicts \
+            with a local edit and resolves it, shows a row's history, and rebuilds and verifies \
+            the tables from the log. Needs no server and no network.
 
             Example:
               strata demo
@@ -86,14 +88,46 @@ struct DemoCommand: ParsableCommand {
             "task 1 title is back to \(reverted["title"]); still changed: \(reverted.changedFields.joined(separator: ", "))",
         ])
 
-        try store.write { try $0.update("tasks", key: 2, ["notes": "due Friday"]) }
-        let report = try store.read { try $0.row("tasks", key: 2) }!
-        say("Edit a field back to its original value", ["task 2 is \(report.status) again: \(report)"])
+        // The server changed task 1's priority and task 2's notes meanwhile, and added a task.
+        let sync = SyncClient(store: store, policy: .serverWins, tablePolicies: ["tasks": .deferred])
+        let delta = ServerDelta(anchor: "v2", tables: [TableDelta("tasks", upserts: [
+            ServerRow(["id": 1, "title": "Buy milk", "priority": 1, "done": false, "notes": nil], version: "v2"),
+            ServerRow(["id": 2, "title": "Write report", "priority": 1, "done": false, "notes": "due Tuesday"], version: "v2"),
+            ServerRow(["id": 4, "title": "Pay rent", "priority": 1, "done": false, "notes": nil], version: "v2"),
+        ])])
+        let report = try sync.merge(delta)
+        let conflicts = try sync.conflicts()
+        var lines = ["\(report)"]
+        for c in report.conflicts {
+            lines.append("conflict: \(c.table) \(c.key) field \(c.fields.joined(separator: ", ")) → \(c.resolution)")
+        }
+        for c in conflicts {
+            lines.append("unresolved: \(c.table) \(c.key): local \(c.local), server \(c.server)")
+        }
+        for key: RowKey in [1, 2] {
+            let row = try store.read { try $0.row("tasks", key: key) }!
+            lines.append("now: \(row)")
+        }
+        say("A server delta arrives and is merged field by field (policy for tasks: deferred)", lines)
+
+        try sync.resolve("tasks", key: 2, with: .local)
+        let kept = try store.read { try $0.row("tasks", key: 2) }!
+        say("The app resolves the conflict: keep the local notes", [
+            "\(kept)",
+            "task 2 will upload notes \(kept["notes"]) replacing the server's \(kept.original("notes"))",
+        ])
+
+        try store.write { try $0.update("tasks", key: 1, ["done": false]) }
+        let back = try store.read { try $0.row("tasks", key: 1) }!
+        say("Edit a field back to its original value", ["task 1 is \(back.status) again: \(back)"])
+
+        say("What the next upload must carry (the pending rows)", try store.read { try $0.pendingRows().map { "pending: \($0)" } })
 
         let history = try store.read { try $0.history("tasks", key: 1) }
         say("History of task 1, operation by operation", history.map { op in
             let fields = op.changes.map { "\($0.field) = \($0.current)\($0.isChanged ? " (server: \($0.original))" : "")" }
-            return "LSN \(op.lsn) \(op.kind) [\(op.origin)]: \(fields.isEmpty ? "-" : fields.joined(separator: ", "))"
+            let audit = MergeAudit(op).map { " (delta \($0.anchor))" } ?? ""
+            return "LSN \(op.lsn) \(op.kind) [\(op.origin)]\(audit): \(fields.isEmpty ? "-" : fields.joined(separator: ", "))"
         })
 
         let folded = try store.rebuild()

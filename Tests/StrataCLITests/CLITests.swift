@@ -37,7 +37,10 @@ func runStrata(_ arguments: [String]) throws -> (status: Int32, out: String, err
         #expect(r.status == 0, "\(r.err)")
         for expected in [
             "Buy oat milk", "original \"Buy milk\"", "still changed: done", "[deleted]",
-            "History of task 1", "revert field", "consistent: 15 operations", "Done.",
+            "conflict: tasks 2 field notes → deferred", "unresolved: tasks 2",
+            "will upload notes \"due Monday\" replacing the server's \"due Tuesday\"",
+            "History of task 1", "revert field", "server change [server] (delta v2)",
+            "consistent:", "views equal the log's fold", "Done.",
         ] {
             #expect(r.out.contains(expected), "demo output lacks \(expected)")
         }
