@@ -54,18 +54,8 @@ struct BenchCommand: ParsableCommand {
     func run() throws {
         let workload = ReferenceWorkload(seed: seed, preloadRows: preload, edits: edits)
         // Build every edit's arguments before timing, so the clock measures the store only.
-        let columns = ReferenceWorkload.columns
-        let preloadFields = workload.preload.enumerated().map { i, values in
-            FieldValues([("id", .int(Int64(i + 1)))] + zip(columns, values).map { ($0, $1) })
-        }
-        enum Prepared { case insert(FieldValues), update(RowKey, FieldValues), delete(RowKey) }
-        let prepared: [Prepared] = workload.edits.map { e in
-            switch e {
-            case .insert(let id, let values): .insert(FieldValues([("id", .int(id))] + zip(columns, values).map { ($0, $1) }))
-            case .update(let id, let cols, let values): .update(RowKey(.int(id)), FieldValues(zip(cols, values).map { (columns[$0], $1) }))
-            case .delete(let id): .delete(RowKey(.int(id)))
-            }
-        }
+        let preloadFields = workload.strataPreload()
+        let prepared = workload.strataEdits()
 
         let folder = path ?? FileManager.default.temporaryDirectory.appendingPathComponent("strata-bench-\(UUID().uuidString)").path
         defer { if path == nil { try? FileManager.default.removeItem(atPath: folder) } }
@@ -84,13 +74,7 @@ struct BenchCommand: ParsableCommand {
             while i < prepared.count {
                 let end = min(i + batch, prepared.count)
                 try store.write { tx in
-                    for p in prepared[i..<end] {
-                        switch p {
-                        case .insert(let f): try tx.insert("tasks", f)
-                        case .update(let k, let f): try tx.update("tasks", key: k, f)
-                        case .delete(let k): try tx.delete("tasks", key: k)
-                        }
-                    }
+                    for edit in prepared[i..<end] { try edit.apply(in: tx) }
                 }
                 i = end
             }

@@ -1,0 +1,107 @@
+import Foundation
+import Peers
+import StrataWorkload
+
+// Runs the reference workload (shared/bench/WORKLOAD.md) against Strata and the SQLite peers in
+// one process and prints every phase with Strata's ratio to each peer, as a Markdown table.
+//
+//   swift run -c release compare [--edits N] [--preload N] [--single N] [--batches 1000,100,1]
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+func option(_ name: String, _ fallback: Int, in arguments: [String] = arguments) -> Int {
+    guard let i = arguments.firstIndex(of: "--" + name), i + 1 < arguments.count, let v = Int(arguments[i + 1]) else { return fallback }
+    return v
+}
+let editCount = option("edits", 1_000_000)
+let preloadCount = option("preload", 100_000)
+let singleCount = option("single", 10_000)
+let batches = (arguments.firstIndex(of: "--batches").map { arguments[$0 + 1] } ?? "1000,100,1").split(separator: ",").compactMap { Int($0) }
+
+func seconds(_ body: () throws -> Void) rethrows -> Double {
+    let start = ContinuousClock.now
+    try body()
+    let d = ContinuousClock.now - start
+    return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+}
+
+let workload = ReferenceWorkload(seed: 42, preloadRows: preloadCount, edits: editCount)
+let c = workload.counts
+print("Reference workload: seed 42, \(preloadCount) rows, \(editCount) edits (\(c.updates) updates, \(c.inserts) inserts, \(c.deletes) deletes)")
+print("Machine: \(ProcessInfo.processInfo.activeProcessorCount) cores, \(ProcessInfo.processInfo.physicalMemory >> 30) GiB, \(ProcessInfo.processInfo.operatingSystemVersionString)")
+print("Durability: Strata .full (fdatasync per commit); SQLite WAL + synchronous=FULL\n")
+
+struct Row { var phase: String; var unit: String; var higherIsBetter: Bool; var values: [String: Double] }
+var rows: [Row] = []
+let systems = ["Strata", "SQLite trigger", "SQLite session", "SQLite plain"]
+
+func makePeer(_ name: String, _ folder: String) throws -> any Peer {
+    switch name {
+    case "Strata": try StrataPeer(folder: folder)
+    case "SQLite trigger": try SQLitePeer(.trigger, folder: folder)
+    case "SQLite session": try SQLitePeer(.session, folder: folder)
+    default: try SQLitePeer(.plain, folder: folder)
+    }
+}
+
+for batch in batches {
+    let count = batch == 1 ? min(singleCount, editCount) : editCount
+    var editRates: [String: Double] = [:]
+    var preloadRates: [String: Double] = [:]
+    var payload: [String: Double] = [:]
+    var rebuild: [String: Double] = [:]
+    var size: [String: Double] = [:]
+    var memory: [String: Double] = [:]
+    for system in systems {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("strata-compare-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let peer = try makePeer(system, folder)
+        peer.prepare(workload)
+        preloadRates[system] = Double(preloadCount) / (try seconds { try peer.preload() })
+        try peer.markPreloadSynced()
+        let base = Memory.resident
+        Memory.resetPeak()
+        let t = try seconds {
+            var i = 0
+            while i < count {
+                let end = min(i + batch, count)
+                try peer.applyEdits(i..<end)
+                i = end
+            }
+        }
+        editRates[system] = Double(count) / t
+        memory[system] = Double(max(0, Memory.peak - base)) / 1_048_576
+        if batch == batches.first, system != "SQLite plain" {
+            payload[system] = try seconds { _ = try peer.pendingPayload() }
+            var ok = false
+            rebuild[system] = try seconds { ok = try peer.rebuildAndCheck() }
+            precondition(ok, "\(system): the table rebuilt from the log differs from the live one")
+            size[system] = Double(peer.sizeOnDisk) / 1_048_576
+        }
+        FileHandle.standardError.write("\(system) B=\(batch): \(Int(editRates[system]!)) edits/s\n".data(using: .utf8)!)
+    }
+    if batch == batches.first {
+        rows.append(Row(phase: "preload (\(preloadCount) rows, 1 txn)", unit: "rows/s", higherIsBetter: true, values: preloadRates))
+    }
+    rows.append(Row(phase: "edits, B = \(batch) (\(count) edits)", unit: "edits/s", higherIsBetter: true, values: editRates))
+    rows.append(Row(phase: "edit phase peak memory, B = \(batch)", unit: "MiB", higherIsBetter: false, values: memory))
+    if batch == batches.first {
+        rows.append(Row(phase: "pending payload", unit: "s", higherIsBetter: false, values: payload))
+        rows.append(Row(phase: "rebuild from the log + check", unit: "s", higherIsBetter: false, values: rebuild))
+        rows.append(Row(phase: "size on disk", unit: "MiB", higherIsBetter: false, values: size))
+    }
+}
+
+func format(_ v: Double?) -> String {
+    guard let v else { return "–" }
+    return v >= 100 ? String(Int(v.rounded())) : String(format: "%.2f", v)
+}
+print("| phase | unit | " + systems.joined(separator: " | ") + " | Strata ÷ trigger | Strata ÷ session |")
+print("|---|---|" + systems.map { _ in "---:" }.joined(separator: "|") + "|---:|---:|")
+for r in rows {
+    // Ratios read as "times better": rates divide Strata by the peer, times and sizes the peer by Strata.
+    func ratio(_ peer: String) -> String {
+        guard let s = r.values["Strata"], let p = r.values[peer], s > 0, p > 0 else { return "–" }
+        return String(format: "%.2f×", r.higherIsBetter ? s / p : p / s)
+    }
+    print("| \(r.phase) | \(r.unit) | " + systems.map { format(r.values[$0]) }.joined(separator: " | ") + " | \(ratio("SQLite trigger")) | \(ratio("SQLite session")) |")
+}
