@@ -6,7 +6,8 @@ let package = Package(
     name: "StrataBenchmarks",
     platforms: [.macOS(.v15)],
     dependencies: [
-        .package(path: "../"),
+        // Named, because a path dependency is otherwise known by its folder name, which differs per checkout.
+        .package(name: "Strata", path: "../"),
         .package(url: "https://github.com/ordo-one/benchmark", from: "1.38.1", traits: ["MallocInterposer"]),
     ],
     targets: [
@@ -17,8 +18,8 @@ let package = Package(
             name: "Peers",
             dependencies: [
                 "CSQLite",
-                .product(name: "Strata", package: "main"),
-                .product(name: "StrataWorkload", package: "main"),
+                .product(name: "Strata", package: "Strata"),
+                .product(name: "StrataWorkload", package: "Strata"),
             ]
         ),
         // `swift run -c release compare`: every phase, Strata against the peers, in one run.
@@ -29,8 +30,8 @@ let package = Package(
             dependencies: [
                 "Peers",
                 .product(name: "Benchmark", package: "benchmark"),
-                .product(name: "Strata", package: "main"),
-                .product(name: "StrataWorkload", package: "main"),
+                .product(name: "Strata", package: "Strata"),
+                .product(name: "StrataWorkload", package: "Strata"),
             ],
             path: "Benchmarks/StrataBenchmarks",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
