@@ -22,7 +22,7 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
             case tableNotFound, tableExists, invalidSchema
             case fieldNotFound, typeMismatch, missingField, nullNotAllowed, invalidKey
             case duplicateKey, rowNotFound, invalidOperation
-            case corruptRecord, formatVersion, storage, io
+            case corruptRecord, formatVersion, storage, io, malformedInput
         }
         fileprivate let kind: Kind
         private init(_ kind: Kind) { self.kind = kind }
@@ -57,6 +57,8 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         public static let storage = Code(.storage)
         /// A file could not be read or written.
         public static let io = Code(.io)
+        /// A payload from outside (a delta, an acknowledgement, a file) could not be decoded.
+        public static let malformedInput = Code(.malformedInput)
 
         public var description: String { kind.rawValue }
     }

@@ -15,14 +15,17 @@ public final class SyncClient: Sendable {
     public let policy: ConflictPolicy
     /// Policies per table name.
     public let tablePolicies: [String: ConflictPolicy]
+    /// References between tables, which order uploads and follow server-assigned keys.
+    public let associations: [Association]
 
     /// The store property holding the anchor of the last merged delta.
     public static let anchorProperty = "strata.sync.anchor"
 
-    public init(store: Store, policy: ConflictPolicy = .serverWins, tablePolicies: [String: ConflictPolicy] = [:]) {
+    public init(store: Store, policy: ConflictPolicy = .serverWins, tablePolicies: [String: ConflictPolicy] = [:], associations: [Association] = []) {
         self.store = store
         self.policy = policy
         self.tablePolicies = tablePolicies
+        self.associations = associations
     }
 
     /// The anchor of the last merged delta (`nil` before the first), to pull the next one from.

@@ -22,6 +22,8 @@ public struct LogEntry: Sendable, Hashable {
         case resolve = 10
         /// A client reset replaced the row with the server's.
         case reset = 11
+        /// The server refused an upload of the row and the client dropped or rolled it back.
+        case uploadRejected = 12
 
         public var description: String {
             switch self {
@@ -36,6 +38,7 @@ public struct LogEntry: Sendable, Hashable {
             case .serverDelete: "server delete"
             case .resolve: "resolve"
             case .reset: "reset"
+            case .uploadRejected: "upload rejected"
             }
         }
     }

@@ -32,6 +32,17 @@ public struct ServerDelta: Sendable, Codable, Hashable {
         self.mode = mode
         self.tables = tables
     }
+
+    private enum CodingKeys: String, CodingKey { case since, anchor, mode, tables }
+
+    public init(from decoder: any Decoder) throws {
+        try decoder.rejectUnknownFields(["since", "anchor", "mode", "tables"])
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        since = try c.decodeIfPresent(String.self, forKey: .since)
+        anchor = try c.decode(String.self, forKey: .anchor)
+        mode = try c.decodeIfPresent(Mode.self, forKey: .mode) ?? .incremental
+        tables = try c.decode([TableDelta].self, forKey: .tables)
+    }
 }
 
 /// The changes of one table in a ``ServerDelta``.
@@ -47,6 +58,16 @@ public struct TableDelta: Sendable, Codable, Hashable {
         self.table = table
         self.upserts = upserts
         self.deletes = deletes
+    }
+
+    private enum CodingKeys: String, CodingKey { case table, upserts, deletes }
+
+    public init(from decoder: any Decoder) throws {
+        try decoder.rejectUnknownFields(["table", "upserts", "deletes"])
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        table = try c.decode(String.self, forKey: .table)
+        upserts = try c.decodeIfPresent([ServerRow].self, forKey: .upserts) ?? []
+        deletes = try c.decodeIfPresent([RowKey].self, forKey: .deletes) ?? []
     }
 }
 
@@ -65,6 +86,23 @@ public struct ServerRow: Sendable, Codable, Hashable {
         self.fields = fields
         self.version = version
         self.timestamp = timestamp
+    }
+
+    private enum CodingKeys: String, CodingKey { case fields, version, timestamp }
+
+    public init(from decoder: any Decoder) throws {
+        try decoder.rejectUnknownFields(["fields", "version", "timestamp"])
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        fields = try c.decode([String: Value].self, forKey: .fields)
+        version = try c.decodeIfPresent(String.self, forKey: .version)
+        timestamp = try c.decodeIfPresent(Double.self, forKey: .timestamp).map(Date.init(timeIntervalSince1970:))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(fields, forKey: .fields)
+        try c.encodeIfPresent(version, forKey: .version)
+        try c.encodeIfPresent(timestamp?.timeIntervalSince1970, forKey: .timestamp)
     }
 }
 

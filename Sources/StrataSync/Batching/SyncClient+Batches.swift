@@ -1,0 +1,245 @@
+import Foundation
+import Strata
+
+/// What an acknowledgement did.
+public struct AckReport: Sendable, Hashable {
+    /// The ack repeated one already applied, and was ignored.
+    public var duplicate = false
+    public var acknowledged = 0
+    /// Rows the server reported in conflict: pull and merge, then they go up again.
+    public var conflicts = 0
+    /// Rows left pending to be sent again (`retry`, `recreate`).
+    public var retried = 0
+    public var dropped = 0
+    public var rolledBack = 0
+    public var setAside = 0
+    /// Rows whose client key the server replaced.
+    public var rekeyed = 0
+}
+
+extension SyncClient {
+    static let inFlightProperty = "strata.sync.batch.inflight"
+    static let batchStateProperty = "strata.sync.batch.state"
+    static let batchNumberProperty = "strata.sync.batch.number"
+    static let lastAckProperty = "strata.sync.batch.lastAcknowledged"
+    static let rejectedProperty = "strata.sync.rejected"
+
+    // MARK: Batches
+
+    /// The batch to upload next: the batch in flight if there is one — same id, same changes,
+    /// whatever was edited since — otherwise a new batch frozen from the pending rows (see
+    /// `BatchingRules.swift`), or `nil` when nothing is pending.
+    ///
+    /// The batch is stored before it is returned, so after a crash or a lost response the same
+    /// batch is sent again. Edits made while it is in flight go into a later batch.
+    ///
+    /// - Throws: ``StrataError`` `invalidSchema` when the associations form a cycle.
+    public func nextBatch(maxRows: Int = 500, maxBytes: Int = 1 << 20) throws -> Batch? {
+        try nextBatch(maxRows: maxRows, maxBytes: maxBytes, excluding: [])
+    }
+
+    func nextBatch(maxRows: Int, maxBytes: Int, excluding: Set<String>) throws -> Batch? {
+        precondition(maxRows > 0 && maxBytes > 0, "a batch needs room for at least one row")
+        return try store.write { tx in
+            if let inFlight = try Self.inFlight(tx) { return inFlight }
+            let rejected = Set(try Self.rejected(tx).map { Self.rowID($0.table, $0.key) })
+            let snap = tx.snapshot
+            var changes: [RowChange] = []
+            for row in try snap.pendingRows() where !row.isConflicted {
+                let id = Self.rowID(row.table, row.key)
+                guard !rejected.contains(id), !excluding.contains(id), let c = BatchingRules.change(for: row) else { continue }
+                changes.append(c)
+            }
+            guard !changes.isEmpty else { return nil }
+            let order = try BatchingRules.tableOrder(snap.tables.map(\.name), associations)
+            let chosen = BatchingRules.firstBatch(BatchingRules.order(changes, tableOrder: order), maxRows: maxRows, maxBytes: maxBytes)
+            let number = UInt64(try tx.property(Self.batchNumberProperty)?.intValue ?? 0) + 1
+            let batch = Batch(id: "\(store.clientID)-\(number)", clientID: store.clientID, number: number, changes: chosen)
+            try tx.setProperty(Self.batchNumberProperty, .int(Int64(number)))
+            try tx.setProperty(Self.inFlightProperty, .bytes(Array(try WireFormat.encoder.encode(batch))))
+            try tx.setProperty(Self.batchStateProperty, "pending")
+            return batch
+        }
+    }
+
+    /// The batch in flight and whether it was handed to the transport (`sent`) or not yet
+    /// (`pending`), if any.
+    public func inFlightBatch() throws -> (batch: Batch, state: String)? {
+        try store.read { snap in
+            guard let b = try snap.property(Self.inFlightProperty)?.bytesValue else { return nil }
+            return (try WireFormat.decode(Batch.self, from: Data(b)), try snap.property(Self.batchStateProperty)?.stringValue ?? "pending")
+        }
+    }
+
+    /// Records that the batch was handed to the transport.
+    public func markSent(_ batch: Batch) throws {
+        try store.write { tx in
+            guard try Self.inFlight(tx)?.id == batch.id else {
+                throw StrataError(.invalidOperation, "batch \(batch.id) is not the batch in flight")
+            }
+            try tx.setProperty(Self.batchStateProperty, "sent")
+        }
+    }
+
+    // MARK: Acknowledgements
+
+    /// Applies the server's answer to the batch in flight, row by row, in one transaction, and
+    /// ends the batch. An ack for a batch already acknowledged is recognised and ignored.
+    ///
+    /// - Throws: ``StrataError`` `invalidOperation` for an ack that does not match the batch in
+    ///   flight: another batch id, a missing, extra or repeated row result, an error without a
+    ///   reason, or an action that does not fit the change (drop/recreate for inserts, retry for
+    ///   updates and deletes, rollback for updates). Nothing changes then.
+    @discardableResult
+    public func acknowledge(_ ack: BatchAck) throws -> AckReport {
+        try store.write { tx in
+            guard let batch = try Self.inFlight(tx), batch.id == ack.batchID else {
+                if try tx.property(Self.lastAckProperty)?.stringValue == ack.batchID {
+                    return AckReport(duplicate: true)
+                }
+                let current = try Self.inFlight(tx)?.id
+                throw StrataError(.invalidOperation, "the acknowledgement is for batch '\(ack.batchID)' but \(current.map { "'\($0)'" } ?? "no batch") is in flight")
+            }
+            let results = try Self.match(ack, to: batch)
+            var report = AckReport()
+            var rejected = try Self.rejected(tx)
+            for (change, result) in zip(batch.changes, results) {
+                let local = try tx.row(change.table, key: change.key, includingDeleted: true).map(RowState.init)
+                switch result.status {
+                case .ok:
+                    let state = AckRules.ok(change, local: local, serverValues: result.serverValues ?? [:])
+                    if let newKey = result.newKey, newKey != change.key {
+                        try rekey(change, to: newKey, state: state, tx: tx)
+                        report.rekeyed += 1
+                    } else {
+                        try tx.setRowState(change.table, key: change.key, state, kind: .acknowledge, origin: .server, annotation: Array(batch.id.utf8))
+                    }
+                    report.acknowledged += 1
+                case .conflict:
+                    report.conflicts += 1
+                case .error:
+                    let e = result.error!
+                    switch e.action {
+                    case .drop:
+                        try tx.setRowState(change.table, key: change.key, nil, kind: .uploadRejected, origin: .server, annotation: Array(e.reason.utf8))
+                        report.dropped += 1
+                    case .rollback:
+                        let state = AckRules.rollback(local: local, serverValues: result.serverValues)
+                        try tx.setRowState(change.table, key: change.key, state, kind: .uploadRejected, origin: .server, annotation: Array(e.reason.utf8))
+                        report.rolledBack += 1
+                    case .recreate, .retry:
+                        report.retried += 1
+                    case .setAside:
+                        rejected.append(RejectedRow(table: change.table, key: change.key, kind: change.kind, reason: e.reason, batchID: batch.id))
+                        report.setAside += 1
+                    }
+                }
+            }
+            try Self.saveRejected(rejected, tx)
+            try tx.setProperty(Self.inFlightProperty, nil)
+            try tx.setProperty(Self.batchStateProperty, nil)
+            try tx.setProperty(Self.lastAckProperty, .string(batch.id))
+            return report
+        }
+    }
+
+    /// One result per change, in the batch's order; anything else is a malformed ack.
+    static func match(_ ack: BatchAck, to batch: Batch) throws -> [RowResult] {
+        func bad(_ why: String) -> StrataError { StrataError(.invalidOperation, "the acknowledgement of batch '\(batch.id)' \(why); nothing was applied") }
+        var byRow: [String: RowResult] = [:]
+        for r in ack.results {
+            let id = rowID(r.table, r.key)
+            guard byRow.updateValue(r, forKey: id) == nil else { throw bad("answers row \(r.table) \(r.key) twice") }
+        }
+        var results: [RowResult] = []
+        for c in batch.changes {
+            guard let r = byRow.removeValue(forKey: rowID(c.table, c.key)) else { throw bad("has no result for row \(c.table) \(c.key)") }
+            if r.status == .error {
+                guard let e = r.error, !e.reason.isEmpty else { throw bad("refuses row \(c.table) \(c.key) without a reason") }
+                let allowed: Set<RowError.Action> = switch c.kind {
+                case .insert: [.drop, .recreate, .setAside]
+                case .update: [.retry, .rollback, .setAside]
+                case .delete: [.retry, .setAside]
+                }
+                guard allowed.contains(e.action) else { throw bad("asks to \(e.action.rawValue) the \(c.kind.rawValue) of row \(c.table) \(c.key)") }
+            }
+            if r.newKey != nil && !(r.status == .ok && c.kind == .insert) {
+                throw bad("gives a new key for row \(c.table) \(c.key), which was not an accepted insert")
+            }
+            results.append(r)
+        }
+        if let extra = byRow.values.first { throw bad("answers row \(extra.table) \(extra.key), which it did not carry") }
+        return results
+    }
+
+    /// Moves an acknowledged insert to the server's key and rewrites every reference to it.
+    private func rekey(_ change: RowChange, to newKey: RowKey, state: RowState?, tx: Transaction) throws {
+        guard try tx.row(change.table, key: newKey, includingDeleted: true) == nil else {
+            throw StrataError(.invalidOperation, "the server's key \(newKey) for row \(change.table) \(change.key) is already used on this device; nothing was applied")
+        }
+        let note = Array("rekey \(change.key) → \(newKey)".utf8)
+        try tx.setRowState(change.table, key: change.key, nil, kind: .acknowledge, origin: .server, annotation: note)
+        try tx.setRowState(change.table, key: newKey, state, kind: .acknowledge, origin: .server, annotation: note)
+        guard change.key.values.count == 1, newKey.values.count == 1 else { return }
+        let old = change.key.values[0]
+        let new = newKey.values[0]
+        for a in associations where a.parent == change.table {
+            for row in try tx.snapshot.rows(a.child, includingDeleted: true) where row[a.field] == old || row.original(a.field) == old {
+                var s = RowState(row)
+                let f = s.fields[a.field] ?? .clean(.null)
+                s.fields[a.field] = RowState.Field(original: f.original == old ? new : f.original, current: f.current == old ? new : f.current)
+                try tx.setRowState(a.child, key: row.key, s, kind: .acknowledge, origin: .server, annotation: note)
+            }
+        }
+    }
+
+    // MARK: Rejected rows
+
+    /// The rows the server refused with the `setAside` action: kept locally, left out of uploads.
+    public func rejectedRows() throws -> [RejectedRow] {
+        try store.read { snap in
+            guard let b = try snap.property(Self.rejectedProperty)?.bytesValue else { return [] }
+            return try WireFormat.decode([RejectedRow].self, from: Data(b))
+        }
+    }
+
+    /// Puts a rejected row back in the upload queue.
+    public func retryRejected(_ table: String, key: RowKey) throws {
+        try store.write { tx in try Self.removeRejected(table, key, tx) }
+    }
+
+    /// Gives up a rejected row's local changes: the row returns to the server's values.
+    public func discardRejected(_ table: String, key: RowKey) throws {
+        try store.write { tx in
+            try Self.removeRejected(table, key, tx)
+            try tx.revert(table, key: key)
+        }
+    }
+
+    private static func removeRejected(_ table: String, _ key: RowKey, _ tx: Transaction) throws {
+        var list = try rejected(tx)
+        guard let i = list.firstIndex(where: { $0.table == table && $0.key == key }) else {
+            throw StrataError(.rowNotFound, "row \(key) of table '\(table)' is not among the rejected rows")
+        }
+        list.remove(at: i)
+        try saveRejected(list, tx)
+    }
+
+    // MARK: Stored state
+
+    static func rowID(_ table: String, _ key: RowKey) -> String { "\(table)\u{0}\(key)" }
+
+    static func inFlight(_ tx: Transaction) throws -> Batch? {
+        guard let b = try tx.property(inFlightProperty)?.bytesValue else { return nil }
+        return try WireFormat.decode(Batch.self, from: Data(b))
+    }
+
+    static func rejected(_ tx: Transaction) throws -> [RejectedRow] {
+        guard let b = try tx.property(rejectedProperty)?.bytesValue else { return [] }
+        return try WireFormat.decode([RejectedRow].self, from: Data(b))
+    }
+
+    static func saveRejected(_ list: [RejectedRow], _ tx: Transaction) throws {
+        try tx.setProperty(rejectedProperty, list.isEmpty ? nil : .bytes(Array(try WireFormat.encoder.encode(list))))
+    }
+}

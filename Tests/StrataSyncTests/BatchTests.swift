@@ -1,0 +1,345 @@
+import Foundation
+import Strata
+import StrataSync
+import Synchronization
+import Testing
+
+let priorities = TableSchema.fixed("priorities", primaryKey: ["id"], fields: [.int("id"), .string("name")])
+let assigned = TableSchema.fixed("assigned", primaryKey: ["id"], fields: [.int("id"), .string("title"), .int("priority", nullable: true)])
+let taskPriority = Association(child: "assigned", field: "priority", parent: "priorities")
+
+/// Server rows of a table as sorted strings, to compare with a client's.
+func serverRows(_ server: InMemorySyncServer, _ table: String) -> [String] {
+    server.rows(table).map { key, f in "\(key) \(f.sorted { $0.key < $1.key })" }.sorted()
+}
+
+func clientRows(_ store: Store, _ table: String) throws -> [String] {
+    try store.read { try $0.rows(table) }.map { row in
+        "\(row.key) \(row.values.filter { !row.keyFieldNames.contains($0.key) && !$0.value.isNull }.sorted { $0.key < $1.key })"
+    }.sorted()
+}
+
+@Suite struct CoalescingTests {
+    @Test func aBatchHasTheNetEffectOfEveryEdit() async throws {
+        let seed = testSeed("aBatchHasTheNetEffectOfEveryEdit")
+        var g = SplitMix64(seed: seed)
+        for round in 0..<20 {
+            try await withTemporaryFolderAsync { path in
+                let store = try Store(path: path)
+                try store.createTable(tasks)
+                let server = InMemorySyncServer()
+                for i in 1...6 { server.write("tasks", key: RowKey(.int(Int64(i))), ["title": .string("s\(i)"), "priority": 0, "done": false, "notes": .null]) }
+                let sync = SyncClient(store: store)
+                _ = try await sync.sync(with: server)
+                // Random edits, several per row: inserts, updates (also back to the original), deletes, revives.
+                for _ in 0..<40 {
+                    let key = RowKey(.int(Int64(1 + g.below(9))))
+                    let (op, a, b) = (g.below(6), g.below(3), g.below(2))
+                    try await store.write { tx in
+                        switch op {
+                        case 0: try? tx.insert("tasks", ["id": key.values[0], "title": .string("n\(a)")])
+                        case 1, 2: try? tx.update("tasks", key: key, ["title": .string(["s1", "x", "y"][a])])
+                        case 3: try? tx.update("tasks", key: key, ["priority": .int(Int64(b))])
+                        case 4: try? tx.delete("tasks", key: key)
+                        default: try? tx.update("tasks", key: key, ["notes": b == 0 ? .null : "n"])
+                        }
+                    }
+                }
+                // Every update carries only changed fields, each with its original.
+                if let batch = try sync.nextBatch() {
+                    for c in batch.changes where c.kind == .update {
+                        #expect(!c.values.isEmpty && Set(c.values.keys) == Set(c.originals.keys), "round \(round): \(c)")
+                        for (f, v) in c.values { #expect(v != c.originals[f], "round \(round): unchanged field \(f) sent") }
+                    }
+                }
+                _ = try await sync.sync(with: server)
+                #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+                #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")), "round \(round)")
+            }
+        }
+    }
+}
+
+@Suite struct OrderingTests {
+    @Test func parentsGoFirstAndChildrenAreDeletedFirstAcrossBatches() throws {
+        let seed = testSeed("parentsGoFirst")
+        var g = SplitMix64(seed: seed)
+        try withTemporaryFolder { path in
+            let store = try Store(path: path)
+            try store.createTable(assigned)
+            try store.createTable(priorities)
+            let sync = SyncClient(store: store, associations: [taskPriority])
+            try store.write { tx in
+                for p in 1...5 { try tx.insert("priorities", ["id": .int(Int64(p)), "name": "p"]) }
+                for t in 1...20 { try tx.insert("assigned", ["id": .int(Int64(t)), "title": "t", "priority": .int(Int64(1 + g.below(5)))]) }
+            }
+            var sequence: [RowChange] = []
+            while let batch = try sync.nextBatch(maxRows: 3) {
+                #expect(batch.changes.count <= 3)
+                sequence += batch.changes
+                try sync.acknowledge(BatchAck(batchID: batch.id, results: batch.changes.map { .ok($0.table, $0.key) }))
+            }
+            #expect(sequence.count == 25)
+            let firstChild = sequence.firstIndex { $0.table == "assigned" }!
+            #expect(sequence[..<firstChild].allSatisfy { $0.table == "priorities" }, "a child was inserted before a parent")
+            try store.write { tx in
+                for p in 1...5 { try tx.delete("priorities", key: .init(.int(Int64(p)))) }
+                for t in 1...20 { try tx.delete("assigned", key: .init(.int(Int64(t)))) }
+            }
+            sequence = []
+            while let batch = try sync.nextBatch(maxRows: 4) {
+                sequence += batch.changes
+                try sync.acknowledge(BatchAck(batchID: batch.id, results: batch.changes.map { .ok($0.table, $0.key) }))
+            }
+            let firstParent = sequence.firstIndex { $0.table == "priorities" }!
+            #expect(sequence.count == 25 && sequence[..<firstParent].allSatisfy { $0.table == "assigned" }, "a parent was deleted before its children")
+            #expect(try store.read { try $0.count("assigned", includingDeleted: true) } == 0)
+        }
+    }
+
+    @Test func aCycleOfAssociationsIsReported() throws {
+        try withTemporaryFolder { path in
+            let store = try Store(path: path)
+            try store.createTable(assigned)
+            try store.createTable(priorities)
+            try store.write { try $0.insert("assigned", ["id": 1, "title": "t"]) }
+            let sync = SyncClient(store: store, associations: [taskPriority, Association(child: "priorities", field: "name", parent: "assigned")])
+            let e = #expect(throws: StrataError.self) { try sync.nextBatch() }
+            #expect(e?.code == .invalidSchema && e?.message.contains("cycle") == true)
+        }
+    }
+}
+
+@Suite struct LifecycleTests {
+    @Test func theBatchInFlightIsResentUnchangedAndLaterEditsWaitForTheNext() throws {
+        try withTemporaryFolder { path in
+            var first: Batch?
+            do {
+                let store = try Store(path: path)
+                try store.createTable(tasks)
+                try store.write { try $0.insert("tasks", ["id": 1, "title": "a"]) }
+                let sync = SyncClient(store: store)
+                first = try sync.nextBatch()
+                try sync.markSent(first!)
+                // Edited while in flight: the batch does not change.
+                try store.write { try $0.update("tasks", key: 1, ["title": "b"]) }
+                #expect(try sync.nextBatch() == first)
+            }
+            // After a crash (reopen), the same batch comes back, marked sent.
+            let store = try Store(path: path)
+            let sync = SyncClient(store: store)
+            #expect(try sync.inFlightBatch()?.batch == first && sync.inFlightBatch()?.state == "sent")
+            #expect(try sync.nextBatch() == first)
+            try sync.acknowledge(BatchAck(batchID: first!.id, results: [.ok("tasks", 1)]))
+            // The server has "a"; the later edit "b" is pending against it.
+            let row = try #require(try store.read { try $0.row("tasks", key: 1) })
+            #expect(row.status == .updated && row.original("title") == "a" && row["title"] == "b")
+            let second = try #require(try sync.nextBatch())
+            #expect(second.number == first!.number + 1 && second.id != first!.id)
+            #expect(second.changes == [RowChange(table: "tasks", key: 1, kind: .update, values: ["title": "b"], originals: ["title": "a"])])
+            // A repeated acknowledgement of the first batch is recognised and ignored.
+            #expect(try sync.acknowledge(BatchAck(batchID: first!.id, results: [.ok("tasks", 1)])).duplicate)
+        }
+    }
+}
+
+@Suite struct AckTests {
+    func prepared(_ body: (Store, SyncClient, Batch) throws -> Void) throws {
+        try withTemporaryFolder { path in
+            let store = try Store(path: path)
+            try store.createTable(tasks)
+            try store.write { tx in
+                for i in 1...3 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "server"]) }
+                for i in 1...3 { try tx.acknowledge("tasks", key: .init(.int(Int64(i)))) }
+                try tx.insert("tasks", ["id": 10, "title": "new"])
+                try tx.update("tasks", key: 1, ["title": "changed"])
+                try tx.delete("tasks", key: 2)
+            }
+            let sync = SyncClient(store: store)
+            try body(store, sync, try #require(try sync.nextBatch()))
+        }
+    }
+
+    static func error(_ t: String, _ k: RowKey, _ action: RowError.Action) -> RowResult {
+        RowResult(table: t, key: k, status: .error, error: RowError(reason: "no", action: action))
+    }
+
+    @Test func everyErrorActionDoesWhatItSays() throws {
+        // insert 10, update 1, delete 2: each answered with each applicable action.
+        let cases: [(RowResult, RowResult, RowResult, (Store, SyncClient) throws -> Void)] = [
+            (Self.error("tasks", 10, .drop), Self.error("tasks", 1, .rollback), Self.error("tasks", 2, .retry), { store, sync throws in
+                #expect(try store.read { try $0.row("tasks", key: 10, includingDeleted: true) } == nil)
+                let r1 = try #require(try store.read { try $0.row("tasks", key: 1) })
+                #expect(r1["title"] == "server" && !r1.isPending)
+                #expect(try store.read { try $0.row("tasks", key: 2, includingDeleted: true) }?.status == .deleted)
+                #expect(try sync.nextBatch()?.changes.map(\.key) == [2])
+            }),
+            (Self.error("tasks", 10, .recreate), RowResult(table: "tasks", key: 1, status: .error, serverValues: ["title": "theirs"], error: RowError(reason: "stale", action: .rollback)), Self.error("tasks", 2, .setAside), { store, sync throws in
+                #expect(try store.read { try $0.row("tasks", key: 10) }?.status == .inserted)
+                #expect(try store.read { try $0.row("tasks", key: 1) }?["title"] == "theirs")
+                #expect(try sync.rejectedRows().map(\.key) == [2])
+                // The rejected row does not block the queue: the next batch carries the insert only.
+                #expect(try sync.nextBatch()?.changes.map(\.key) == [10])
+            }),
+            (Self.error("tasks", 10, .setAside), Self.error("tasks", 1, .setAside), Self.error("tasks", 2, .setAside), { store, sync throws in
+                #expect(try sync.rejectedRows().count == 3)
+                #expect(try sync.nextBatch() == nil)
+                try sync.retryRejected("tasks", key: 1)
+                try sync.discardRejected("tasks", key: 2)
+                #expect(try store.read { try $0.row("tasks", key: 2) }?.status == .unchanged)
+                #expect(try sync.nextBatch()?.changes.map(\.key) == [1])
+                #expect(try sync.rejectedRows().map(\.key) == [10])
+            }),
+        ]
+        for (insert, update, delete, check) in cases {
+            try prepared { store, sync, batch in
+                #expect(batch.changes.map(\.key) == [1, 10, 2])
+                try sync.acknowledge(BatchAck(batchID: batch.id, results: [insert, update, delete]))
+                try check(store, sync)
+                #expect(try store.verify().isConsistent)
+            }
+        }
+    }
+
+    @Test func malformedAcknowledgementsChangeNothing() throws {
+        let bad: [(String, (Batch) -> BatchAck)] = [
+            ("another batch", { BatchAck(batchID: $0.id + "x", results: []) }),
+            ("a missing result", { BatchAck(batchID: $0.id, results: [.ok("tasks", 1), .ok("tasks", 10)]) }),
+            ("an extra result", { BatchAck(batchID: $0.id, results: [.ok("tasks", 1), .ok("tasks", 10), .ok("tasks", 2), .ok("tasks", 3)]) }),
+            ("a repeated result", { BatchAck(batchID: $0.id, results: [.ok("tasks", 1), .ok("tasks", 1), .ok("tasks", 10), .ok("tasks", 2)]) }),
+            ("an action that does not fit", { BatchAck(batchID: $0.id, results: [.ok("tasks", 1), Self.error("tasks", 10, .rollback), .ok("tasks", 2)]) }),
+            ("a new key for an update", { BatchAck(batchID: $0.id, results: [.ok("tasks", 1, newKey: 5), .ok("tasks", 10), .ok("tasks", 2)]) }),
+            ("an error without a reason", { BatchAck(batchID: $0.id, results: [RowResult(table: "tasks", key: 1, status: .error, error: RowError(reason: "", action: .retry)), .ok("tasks", 10), .ok("tasks", 2)]) }),
+        ]
+        for (name, make) in bad {
+            try prepared { store, sync, batch in
+                let before = try observable(store)
+                let inFlight = try sync.inFlightBatch()
+                let e = #expect(throws: StrataError.self, "\(name)") { try sync.acknowledge(make(batch)) }
+                #expect(e?.code == .invalidOperation, "\(name)")
+                #expect(try observable(store) == before, "\(name) changed the rows")
+                #expect(try sync.inFlightBatch()?.batch == inFlight?.batch && sync.inFlightBatch()?.state == inFlight?.state, "\(name) ended the batch")
+            }
+        }
+    }
+
+    @Test func aServerKeyReplacesTheClientKeyEverywhere() throws {
+        try withTemporaryFolder { path in
+            let store = try Store(path: path)
+            try store.createTable(assigned)
+            try store.createTable(priorities)
+            try store.write { tx in
+                try tx.insert("priorities", ["id": -1, "name": "urgent"])
+                try tx.insert("assigned", ["id": 1, "title": "t", "priority": -1])
+            }
+            let sync = SyncClient(store: store, associations: [taskPriority])
+            let batch = try #require(try sync.nextBatch(maxRows: 1))
+            #expect(batch.changes.map(\.table) == ["priorities"])
+            try sync.acknowledge(BatchAck(batchID: batch.id, results: [.ok("priorities", -1, serverValues: ["name": "URGENT"], newKey: 100)]))
+            #expect(try store.read { try $0.row("priorities", key: -1, includingDeleted: true) } == nil)
+            let p = try #require(try store.read { try $0.row("priorities", key: 100) })
+            #expect(p["name"] == "URGENT" && !p.isPending)
+            let t = try #require(try store.read { try $0.row("assigned", key: 1) })
+            #expect(t["priority"] == 100 && t.status == .inserted)
+            #expect(try sync.nextBatch()?.changes.first?.values["priority"] == 100)
+            #expect(try store.verify().isConsistent)
+        }
+    }
+}
+
+/// A transport that loses requests and responses, repeats them and fails, at random.
+final class FlakyTransport: SyncTransport {
+    let server: InMemorySyncServer
+    let rng: Mutex<SplitMix64>
+    init(_ server: InMemorySyncServer, seed: UInt64) {
+        self.server = server
+        rng = Mutex(SplitMix64(seed: seed))
+    }
+    struct Lost: Error {}
+    /// How many requests were lost, half-delivered or repeated.
+    let faults = Mutex(0)
+    func roll() -> Int {
+        let r = rng.withLock { $0.below(10) }
+        if r < 3 { faults.withLock { $0 += 1 } }
+        return r
+    }
+
+    func pull(since anchor: String?) async throws -> ServerDelta {
+        if roll() == 0 { throw Lost() }
+        return try await server.pull(since: anchor)
+    }
+
+    func push(_ batch: Batch) async throws -> BatchAck {
+        switch roll() {
+        case 0: throw Lost()  // the request is lost
+        case 1:
+            _ = try await server.push(batch)  // the response is lost
+            throw Lost()
+        case 2:
+            _ = try await server.push(batch)  // delivered twice
+            return try await server.push(batch)
+        default:
+            return try await server.push(batch)
+        }
+    }
+}
+
+@Suite struct UnreliableTransportTests {
+    @Test func syncEndsIdenticalWithNothingLostOrAppliedTwice() async throws {
+        let seed = testSeed("syncEndsIdentical")
+        var g = SplitMix64(seed: seed)
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(tasks)
+            let server = InMemorySyncServer()
+            let transport = FlakyTransport(server, seed: seed)
+            let sync = SyncClient(store: store, policy: .clientWins)
+            var failures = 0
+            for round in 0..<30 {
+                for _ in 0..<g.below(6) {
+                    let key = RowKey(.int(Int64(1 + g.below(12))))
+                    let (op, p) = (g.below(4), g.below(3))
+                    try await store.write { tx in
+                        switch op {
+                        case 0: try? tx.insert("tasks", ["id": key.values[0], "title": .string("r\(round)")])
+                        case 1, 2: try? tx.update("tasks", key: key, ["title": .string("u\(round)"), "priority": .int(Int64(p))])
+                        default: try? tx.delete("tasks", key: key)
+                        }
+                    }
+                }
+                if g.below(3) == 0 { server.write("tasks", key: RowKey(.int(Int64(1 + g.below(12)))), ["title": .string("server\(round)"), "priority": 0, "done": false, "notes": .null]) }
+                do { _ = try await sync.sync(with: transport, maxAttempts: 2, backoff: .milliseconds(1)) } catch { failures += 1 }
+            }
+            for _ in 0..<20 {
+                if try await store.read({ try $0.pendingRows().isEmpty }), try sync.inFlightBatch() == nil { break }
+                _ = try? await sync.sync(with: transport, maxAttempts: 10, backoff: .milliseconds(1))
+            }
+            _ = try await sync.sync(with: server)
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+            #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")))
+            let applied = server.appliedBatches
+            #expect(Set(applied).count == applied.count, "a batch was applied twice")
+            #expect(transport.faults.withLock { $0 } > 5, "the transport hardly failed: the test proved nothing")
+            print("syncEndsIdentical: \(transport.faults.withLock { $0 }) transport faults, \(failures) sync calls gave up, \(applied.count) batches applied")
+        }
+    }
+
+    @Test func progressReportsEveryPhase() async throws {
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(tasks)
+            try await store.write { tx in for i in 1...3 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) } }
+            let seen = Mutex<[SyncProgress]>([])
+            _ = try await SyncClient(store: store).sync(with: InMemorySyncServer()) { p in seen.withLock { $0.append(p) } }
+            let events = seen.withLock { $0 }
+            #expect(events.first?.phase == .pull && events.last?.phase == .push && events.last?.status == .complete)
+            #expect(events.last?.total["tasks"] == 3 && events.last?.processed["tasks"] == 3 && events.last?.remaining["tasks"] == 0)
+        }
+    }
+}
+
+func withTemporaryFolderAsync<R>(_ body: (String) async throws -> R) async throws -> R {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-sync-test-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    return try await body(path)
+}
