@@ -24,7 +24,12 @@ let package = Package(
         .target(name: "LMDB", dependencies: ["CLMDB"]),
         .target(name: "Strata", dependencies: ["LMDB"]),
         // Server deltas, three-way merge and conflict policies (and later batching).
-        .target(name: "StrataSync", dependencies: ["Strata"]),
+        .target(
+            name: "StrataSync",
+            dependencies: ["Strata"],
+            // The wire format's JSON Schema and example documents, for server developers.
+            exclude: ["Wire/strata-wire.schema.json", "Wire/examples"]
+        ),
         // The reference workload of shared/bench/WORKLOAD.md, shared by `strata bench` and Benchmarks/.
         .target(name: "StrataWorkload", dependencies: ["Strata"]),
         .executableTarget(

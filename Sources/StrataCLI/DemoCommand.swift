@@ -11,8 +11,9 @@ struct DemoCommand: ParsableCommand {
         discussion: """
             Creates a store (in a temporary folder unless --path is given), edits rows, shows \
             original and current values, reverts a field, merges a server delta that conflicts \
-            with a local edit and resolves it, shows a row's history, and rebuilds and verifies \
-            the tables from the log. Needs no server and no network.
+            with a local edit and resolves it, freezes the upload batch and applies its \
+            acknowledgement, shows a row's history, and rebuilds and verifies the tables from \
+            the log. Needs no server and no network.
 
             Example:
               strata demo
@@ -121,7 +122,21 @@ struct DemoCommand: ParsableCommand {
         let back = try store.read { try $0.row("tasks", key: 1) }!
         say("Edit a field back to its original value", ["task 1 is \(back.status) again: \(back)"])
 
-        say("What the next upload must carry (the pending rows)", try store.read { try $0.pendingRows().map { "pending: \($0)" } })
+        let batch = try sync.nextBatch()!
+        say("Freeze the pending rows into upload batch #\(batch.number) (a retry sends the same id and content)",
+            batch.changes.map { c in
+                let values = c.values.sorted { $0.key < $1.key }.map { "\($0.key) = \($0.value)" }.joined(separator: ", ")
+                let originals = c.originals.sorted { $0.key < $1.key }.map { "\($0.key) was \($0.value)" }.joined(separator: ", ")
+                return "\(c.kind) \(c.table) \(c.key): \([values, originals].filter { !$0.isEmpty }.joined(separator: "; "))"
+            })
+
+        // An in-process server stands in for the app's transport.
+        let ack = BatchAck(batchID: batch.id, results: batch.changes.map { .ok($0.table, $0.key) })
+        let ackReport = try sync.acknowledge(ack)
+        say("The server acknowledges the batch", [
+            "acknowledged \(ackReport.acknowledged) rows; pending now: \(try store.read { try $0.pendingRows().count })",
+            "task 2 now: \(try store.read { try $0.row("tasks", key: 2) }!)",
+        ])
 
         let history = try store.read { try $0.history("tasks", key: 1) }
         say("History of task 1, operation by operation", history.map { op in

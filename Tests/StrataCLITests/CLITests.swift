@@ -39,6 +39,8 @@ func runStrata(_ arguments: [String]) throws -> (status: Int32, out: String, err
             "Buy oat milk", "original \"Buy milk\"", "still changed: done", "[deleted]",
             "conflict: tasks 2 field notes → deferred", "unresolved: tasks 2",
             "will upload notes \"due Monday\" replacing the server's \"due Tuesday\"",
+            "update tasks 2: notes = \"due Monday\"; notes was \"due Tuesday\"", "delete tasks 3",
+            "acknowledged 2 rows; pending now: 0",
             "History of task 1", "revert field", "server change [server] (delta v2)",
             "consistent:", "views equal the log's fold", "Done.",
         ] {

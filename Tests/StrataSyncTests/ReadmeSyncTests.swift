@@ -5,9 +5,9 @@ import Testing
 
 /// The README's sync sample, verbatim apart from the store set-up.
 @Suite struct ReadmeSyncTests {
-    @Test func syncTour() throws {
-        try withStore { store in
-            try store.write { tx in
+    @Test func syncTour() async throws {
+        try await withStoreAsync { store in
+            try await store.write { tx in
                 try tx.insert("tasks", ["id": 7, "title": "Buy milk"])
                 try tx.acknowledge("tasks", key: 7)
                 try tx.update("tasks", key: 7, ["title": "Buy oat milk"])
@@ -25,10 +25,25 @@ import Testing
                 try sync.resolve(conflict.table, key: conflict.key, with: .local)
             }
             // --- README sync ends ---
+            // The server holds what its delta said.
+            let server = InMemorySyncServer()
+            server.write("tasks", key: 7, ["title": "Buy soy milk", "priority": 0, "done": false, "notes": nil])
+            // --- README upload begins ---
+            // Upload by hand: the batch stays "in flight" (stored) until its acknowledgement.
+            if let batch = try sync.nextBatch(maxRows: 500) {
+                let ack = try await server.push(batch)      // your transport; a retry resends `batch` as is
+                try sync.acknowledge(ack)                   // originals become the values sent
+            }
+
+            // Or let Strata drive pull → merge → push → ack, with retries and back-off:
+            let round = try await sync.sync(with: server) { progress in print(progress.phase, progress.remaining) }
+            print(round.batches, round.merge)
+            // --- README upload ends ---
             #expect(report.deferred == 1)
-            let row = try #require(try store.read { try $0.row("tasks", key: 7) })
-            #expect(row["title"] == "Buy oat milk" && row.original("title") == "Buy soy milk")
-            #expect(try sync.anchor() == "v42")
+            let row = try #require(try await store.read { try $0.row("tasks", key: 7) })
+            #expect(row["title"] == "Buy oat milk" && !row.isPending)  // uploaded and acknowledged
+            #expect(try sync.anchor() != nil)
+            #expect(server.rows("tasks")[7]?["title"] == "Buy oat milk")
         }
     }
 }

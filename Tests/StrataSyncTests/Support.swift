@@ -50,3 +50,13 @@ func observable(_ store: Store) throws -> [String] {
             + ["anchor \(String(describing: try snap.property(SyncClient.anchorProperty)))", "lsn \(try snap.lastLSN)"]
     }
 }
+
+func withStoreAsync<R>(_ body: (Store) async throws -> R) async throws -> R {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-sync-test-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    var options = StoreOptions()
+    options.durability = .noSync
+    let store = try Store(path: path, options: options)
+    try store.createTable(tasks)
+    return try await body(store)
+}
