@@ -343,3 +343,29 @@ func withTemporaryFolderAsync<R>(_ body: (String) async throws -> R) async throw
     defer { try? FileManager.default.removeItem(atPath: path) }
     return try await body(path)
 }
+
+@Suite struct StaleAckTests {
+    /// The batch was applied but its response lost; the server then changed the row again and
+    /// the client merged that. The repeated (cached) ok must not overwrite the newer originals.
+    @Test func anAckOlderThanAMergeDoesNotOverwriteIt() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            server.write("tasks", key: 2, ["title": "r2", "priority": 0, "done": false, "notes": nil])
+            let sync = SyncClient(store: store, policy: .clientWins)
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.update("tasks", key: 2, ["title": "mine"]) }
+            let batch = try #require(try sync.nextBatch())
+            _ = try await server.push(batch)  // applied; the response is lost
+            server.write("tasks", key: 2, ["title": "back office", "priority": 0, "done": false, "notes": nil])
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            let report = try sync.acknowledge(try await server.push(batch))  // the cached ok
+            #expect(report.superseded == 1)
+            // Client wins: "mine" stays pending against the server's current "back office".
+            let row = try #require(try await store.read { try $0.row("tasks", key: 2) })
+            #expect(row["title"] == "mine" && row.original("title") == "back office")
+            _ = try await sync.sync(with: server)
+            #expect(server.rows("tasks")[2]?["title"] == "mine")
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+        }
+    }
+}

@@ -15,11 +15,15 @@ public struct AckReport: Sendable, Hashable {
     public var setAside = 0
     /// Rows whose client key the server replaced.
     public var rekeyed = 0
+    /// Accepted rows that a merge had changed after the batch was frozen: the merged state is
+    /// newer than the acknowledgement, so it stands.
+    public var superseded = 0
 }
 
 extension SyncClient {
     static let inFlightProperty = "strata.sync.batch.inflight"
     static let batchStateProperty = "strata.sync.batch.state"
+    static let frozenAtProperty = "strata.sync.batch.frozenAt"
     static let batchNumberProperty = "strata.sync.batch.number"
     static let lastAckProperty = "strata.sync.batch.lastAcknowledged"
     static let rejectedProperty = "strata.sync.rejected"
@@ -58,6 +62,7 @@ extension SyncClient {
             try tx.setProperty(Self.batchNumberProperty, .int(Int64(number)))
             try tx.setProperty(Self.inFlightProperty, .bytes(Array(try WireFormat.encoder.encode(batch))))
             try tx.setProperty(Self.batchStateProperty, "pending")
+            try tx.setProperty(Self.frozenAtProperty, .int(Int64(try snap.lastLSN)))
             return batch
         }
     }
@@ -101,12 +106,20 @@ extension SyncClient {
                 throw StrataError(.invalidOperation, "the acknowledgement is for batch '\(ack.batchID)' but \(current.map { "'\($0)'" } ?? "no batch") is in flight")
             }
             let results = try Self.match(ack, to: batch)
+            let frozenAt = UInt64(try tx.property(Self.frozenAtProperty)?.intValue ?? 0)
             var report = AckReport()
             var rejected = try Self.rejected(tx)
             for (change, result) in zip(batch.changes, results) {
                 let local = try tx.row(change.table, key: change.key, includingDeleted: true).map(RowState.init)
                 switch result.status {
                 case .ok:
+                    // A merge after the batch was frozen brought a server state at least as new
+                    // as this acknowledgement (the server applied the batch before that delta);
+                    // the sent values must not overwrite it.
+                    if try Self.mergedSince(frozenAt, change.table, change.key, tx) {
+                        report.superseded += 1
+                        continue
+                    }
                     let state = AckRules.ok(change, local: local, serverValues: result.serverValues ?? [:])
                     if let newKey = result.newKey, newKey != change.key {
                         try rekey(change, to: newKey, state: state, tx: tx)
@@ -138,6 +151,7 @@ extension SyncClient {
             try Self.saveRejected(rejected, tx)
             try tx.setProperty(Self.inFlightProperty, nil)
             try tx.setProperty(Self.batchStateProperty, nil)
+            try tx.setProperty(Self.frozenAtProperty, nil)
             try tx.setProperty(Self.lastAckProperty, .string(batch.id))
             return report
         }
@@ -191,6 +205,15 @@ extension SyncClient {
                 try tx.setRowState(a.child, key: row.key, s, kind: .acknowledge, origin: .server, annotation: note)
             }
         }
+    }
+
+    /// Whether a merge or reset changed the row after LSN `lsn`.
+    static func mergedSince(_ lsn: UInt64, _ table: String, _ key: RowKey, _ tx: Transaction) throws -> Bool {
+        for entry in try tx.snapshot.history(table, key: key).reversed() {
+            if entry.lsn <= lsn { return false }
+            if [.serverChange, .serverDelete, .reset].contains(entry.kind) { return true }
+        }
+        return false
     }
 
     // MARK: Rejected rows

@@ -66,6 +66,14 @@ extension SyncClient {
             fatalError("unreachable")
         }
 
+        // A batch still in flight (its response was lost last time) goes first, so that the
+        // pull sees the server with it applied.
+        if let (batch, _) = try inFlightBatch() {
+            let ack = try await attempt(.push) { try await transport.push(batch) }
+            report.acks.append(try acknowledge(ack))
+            report.batches += 1
+        }
+
         progress?(SyncProgress(phase: .pull, status: .inProgress))
         let anchor = try self.anchor()
         let delta = try await attempt(.pull) { try await transport.pull(since: anchor) }
