@@ -369,3 +369,24 @@ func withTemporaryFolderAsync<R>(_ body: (String) async throws -> R) async throw
         }
     }
 }
+
+@Suite struct BatchSizeTests {
+    @Test func batchesRespectTheByteLimitAndCarryEverythingOnce() throws {
+        try withTemporaryFolder { path in
+            let store = try Store(path: path)
+            try store.createTable(tasks)
+            try store.write { tx in
+                for i in 1...30 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string(String(repeating: "x", count: i * 20))]) }
+            }
+            let sync = SyncClient(store: store)
+            var seen: [RowKey] = []
+            while let batch = try sync.nextBatch(maxRows: 100, maxBytes: 1500) {
+                let bytes = batch.changes.map { try! WireFormat.encode($0).count }.reduce(0, +)
+                #expect(bytes <= 1500 || batch.changes.count == 1, "batch \(batch.number) holds \(bytes) bytes")
+                seen += batch.changes.map(\.key)
+                try sync.acknowledge(BatchAck(batchID: batch.id, results: batch.changes.map { .ok($0.table, $0.key) }))
+            }
+            #expect(seen == (1...30).map { RowKey(.int(Int64($0))) })
+        }
+    }
+}
