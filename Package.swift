@@ -45,7 +45,7 @@ let package = Package(
         .testTarget(name: "StrataTests", dependencies: ["Strata", "LMDB", "StrataWorkload"]),
         .testTarget(name: "StrataSyncTests", dependencies: ["StrataSync", "Strata"]),
         // Runs the built `strata` executable; the dependency makes `swift test` build it first.
-        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI"]),
+        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "Strata", "StrataSync", "LMDB"]),
     ]
 )
 

@@ -227,3 +227,11 @@ public final class Store: Sendable {
         }
     }
 }
+
+extension Store {
+    /// Copies the store to the folder `path` (which must exist and be empty), optionally
+    /// compacted. Safe while the store is in use: the copy is one consistent snapshot.
+    public func copy(to path: String, compact: Bool = true) throws {
+        try Store.mappingStorageErrors { try env.copy(to: path, compact: compact) }
+    }
+}

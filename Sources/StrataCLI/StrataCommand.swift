@@ -6,7 +6,15 @@ struct StrataCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "strata",
         abstract: "Inspect, debug and demonstrate Strata stores.",
+        discussion: """
+            Exit status: 0 on success, 1 when verify finds differences, 2 for an error (a path \
+            that is not a store, an unknown table or key, a malformed file, …), 64 for bad arguments.
+            """,
         version: "0.1.0",
-        subcommands: [DemoCommand.self, BenchCommand.self]
+        subcommands: [
+            DemoCommand.self, InfoCommand.self, ShowCommand.self, LogCommand.self, HistoryCommand.self,
+            PendingCommand.self, ConflictsCommand.self, MergeCommand.self, RebuildCommand.self,
+            VerifyCommand.self, ReplayCommand.self, CopyCommand.self, BenchCommand.self,
+        ]
     )
 }

@@ -49,8 +49,19 @@ public final class SyncClient: Sendable {
     ///   stored anchor).
     /// - Complexity: O(r log n) for r rows in the delta; a snapshot also reads every local row of
     ///   the tables it lists.
+    ///
+    /// With `dryRun`, the merge runs and reports but nothing is stored.
     @discardableResult
-    public func merge(_ delta: ServerDelta, policy: ConflictPolicy? = nil) throws -> MergeReport {
+    public func merge(_ delta: ServerDelta, policy: ConflictPolicy? = nil, dryRun: Bool = false) throws -> MergeReport {
+        struct DryRun: Error { let report: MergeReport }
+        do {
+            return try merge(delta, policy: policy, abortingWith: dryRun ? { DryRun(report: $0) } : nil)
+        } catch let dry as DryRun {
+            return dry.report
+        }
+    }
+
+    private func merge(_ delta: ServerDelta, policy: ConflictPolicy?, abortingWith abort: ((MergeReport) -> any Error)?) throws -> MergeReport {
         try store.write { tx in
             let current = try tx.property(Self.anchorProperty)?.stringValue
             if let since = delta.since, since != current {
@@ -62,6 +73,8 @@ public final class SyncClient: Sendable {
                 try mergeTable(table, mode: delta.mode, anchor: delta.anchor, policy: p, tx: tx, report: &report)
             }
             try tx.setProperty(Self.anchorProperty, .string(delta.anchor))
+            // A dry run throws out of the transaction, so nothing is committed.
+            if let abort { throw abort(report) }
             return report
         }
     }

@@ -85,8 +85,12 @@ extension Store {
         }
     }
 
-    /// Folds every operation of `log` (read through `reader`) into the views of `txn`.
-    static func foldLog(from reader: some ReadableTransaction, log: Database, into txn: LMDB.WriteTransaction, views: Views) throws(StrataError) -> Int {
+    /// Folds every operation of `log` (read through `reader`) up to LSN `through` into the views of
+    /// `txn`; with `copyLog`, also appends each operation to `txn`'s own log.
+    static func foldLog(
+        from reader: some ReadableTransaction, log: Database, into txn: LMDB.WriteTransaction, views: Views,
+        through: UInt64 = .max, copyLog: Bool = false
+    ) throws(StrataError) -> Int {
         var op = ByteWriter(capacity: 512)
         var row = ByteWriter(capacity: 512)
         var count = 0
@@ -97,6 +101,7 @@ extension Store {
                 var r = ByteReader(entry.key)
                 let lsn = try r.bigEndian64()
                 guard lsn > previous else { throw StrataError(.corruptRecord, "the log is out of order at LSN \(lsn)") }
+                if lsn > through { break }
                 previous = lsn
                 // Copied because the writes below may move pages the cursor lent us (when the
                 // reader is `txn` itself, as in an in-place rebuild).
@@ -107,6 +112,12 @@ extension Store {
                     let target = UnsafeRawBufferPointer(rebasing: o[header.target])
                     let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows) }
                     try views.apply(operation: o, header: header, lsn: lsn, old: old, in: txn, scratch: &row)
+                    if copyLog {
+                        try lmdb { () throws(LMDBError) in
+                            var k = lsn.bigEndian
+                            try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try txn.put(kb, o, in: views.log, flags: .append) }
+                        }
+                    }
                 }
                 count += 1
                 e = try c.next()

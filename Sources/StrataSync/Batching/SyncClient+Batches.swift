@@ -67,6 +67,17 @@ extension SyncClient {
         }
     }
 
+    /// Every change the pending rows would upload, coalesced and in upload order, without
+    /// freezing a batch (held-back rows — conflicted or set aside — are left out).
+    public func pendingChanges() throws -> [RowChange] {
+        try store.write { tx in
+            let rejected = Set(try Self.rejected(tx).map { Self.rowID($0.table, $0.key) })
+            let snap = tx.snapshot
+            let changes = try snap.pendingRows().filter { !$0.isConflicted && !rejected.contains(Self.rowID($0.table, $0.key)) }.compactMap(BatchingRules.change)
+            return BatchingRules.order(changes, tableOrder: try BatchingRules.tableOrder(snap.tables.map(\.name), associations))
+        }
+    }
+
     /// The batch in flight and whether it was handed to the transport (`sent`) or not yet
     /// (`pending`), if any.
     public func inFlightBatch() throws -> (batch: Batch, state: String)? {

@@ -1,0 +1,180 @@
+import ArgumentParser
+import Foundation
+import Strata
+import StrataSync
+
+struct RebuildCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rebuild",
+        abstract: "Drop the views and fold the whole log again.",
+        discussion: "Example:\n  strata rebuild store"
+    )
+    @OptionGroup var target: StoreArgument
+
+    func run() throws {
+        try reportingErrors {
+            let store = try target.open()
+            let start = ContinuousClock.now
+            let count = try store.rebuild()
+            print("rebuilt from \(count) operations in \(ContinuousClock.now - start)")
+        }
+    }
+}
+
+struct VerifyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Rebuild the views from the log in a scratch store and compare them with the live ones.",
+        discussion: "Exits with status 1 and names the differing rows when they differ.\nExample:\n  strata verify store && echo consistent"
+    )
+    @OptionGroup var target: StoreArgument
+    @OptionGroup var output: OutputOptions
+
+    struct Report: Encodable {
+        var consistent: Bool
+        var operations: Int
+        var differences: [String]
+    }
+
+    func run() throws {
+        var consistent = true
+        try reportingErrors {
+            let report = try target.open().verify()
+            consistent = report.isConsistent
+            if output.json {
+                try printJSON(Report(consistent: report.isConsistent, operations: report.operations, differences: report.differences.map(\.description)))
+            } else {
+                print(report)
+            }
+        }
+        if !consistent { throw ExitCode(Exit.inconsistent) }
+    }
+}
+
+struct ReplayCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "replay",
+        abstract: "Build a new store from another store's log, up to a point: reproduce a bug as it was.",
+        discussion: "Example:\n  strata replay user-store /tmp/as-of-1200 --until 1200\n  strata replay user-store /tmp/before --until 2026-11-20T17:00:00Z"
+    )
+    @Argument(help: "The store whose log is replayed.") var source: String
+    @Argument(help: "An empty folder for the new store.") var destination: String
+    @Option(help: "The last LSN to replay, or an ISO 8601 time (the last operation at or before it).") var until: String?
+
+    func validate() throws {
+        if let until, UInt64(until) == nil, (try? Date(until, strategy: .iso8601)) == nil {
+            throw ValidationError("--until takes an LSN or an ISO 8601 time, not '\(until)'")
+        }
+    }
+
+    func run() throws {
+        try reportingErrors {
+            var options = StoreOptions()
+            options.createIfMissing = false
+            let store = try Store(path: source, options: options)
+            var lsn = UInt64.max
+            if let until {
+                if let n = UInt64(until) {
+                    lsn = n
+                } else {
+                    let time = try Date(until, strategy: .iso8601)
+                    lsn = 0
+                    try store.read { snap in
+                        try snap.forEachOperation { e in
+                            guard e.timestamp <= time else { return false }
+                            lsn = e.lsn
+                            return true
+                        }
+                    }
+                }
+            }
+            let replayed = try store.replay(into: destination, through: lsn)
+            let count = try replayed.read { try $0.lastLSN }
+            print("replayed \(count) operations into \(destination)")
+        }
+    }
+}
+
+struct CopyCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "copy",
+        abstract: "Copy a store (safe while it is in use), optionally compacted.",
+        discussion: "Example:\n  strata copy store /backups/store-2026-11-21 --compact"
+    )
+    @OptionGroup var target: StoreArgument
+    @Argument(help: "An empty (or new) folder for the copy.") var destination: String
+    @Flag(help: "Leave out free pages and renumber the copy.") var compact = false
+
+    func run() throws {
+        try reportingErrors {
+            let store = try target.open()
+            guard !FileManager.default.fileExists(atPath: destination + "/data.mdb") else {
+                throw StrataError(.io, "'\(destination)' already holds a store")
+            }
+            try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: true)
+            try store.copy(to: destination, compact: compact)
+            print("copied to \(destination)\(compact ? " (compacted)" : "")")
+        }
+    }
+}
+
+extension ConflictPolicy {
+    /// A policy named on the command line.
+    init?(argument: String) {
+        switch argument {
+        case "server-wins": self = .serverWins
+        case "client-wins": self = .clientWins
+        case "last-writer-wins": self = .lastWriterWins
+        case "deferred": self = .deferred
+        default: return nil
+        }
+    }
+}
+
+struct MergeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "merge",
+        abstract: "Merge a server delta (a JSON file in the wire format) into a store.",
+        discussion: "Example:\n  strata merge store delta.json --policy deferred --dry-run"
+    )
+    @OptionGroup var target: StoreArgument
+    @Argument(help: "The delta file (JSON, see Sources/StrataSync/Wire/).") var delta: String
+    @Option(help: "server-wins, client-wins, last-writer-wins or deferred.") var policy: String = "server-wins"
+    @Flag(help: "Merge and report, but store nothing.") var dryRun = false
+    @OptionGroup var output: OutputOptions
+
+    func validate() throws {
+        if ConflictPolicy(argument: policy) == nil {
+            throw ValidationError("--policy must be server-wins, client-wins, last-writer-wins or deferred")
+        }
+    }
+
+    struct Report: Encodable {
+        var dryRun: Bool
+        var rowsApplied: Int
+        var fieldsFromServer: Int
+        var fieldsKeptLocal: Int
+        var fieldsSettled: Int
+        var conflicts: [String]
+    }
+
+    func run() throws {
+        try reportingErrors {
+            let store = try target.open()
+            guard let data = FileManager.default.contents(atPath: delta) else {
+                throw StrataError(.io, "cannot read the delta file '\(delta)'")
+            }
+            let parsed = try WireFormat.decode(ServerDelta.self, from: data)
+            let report = try SyncClient(store: store, policy: ConflictPolicy(argument: policy)!).merge(parsed, dryRun: dryRun)
+            if output.json {
+                return try printJSON(Report(
+                    dryRun: dryRun, rowsApplied: report.rowsApplied, fieldsFromServer: report.fieldsFromServer,
+                    fieldsKeptLocal: report.fieldsKeptLocal, fieldsSettled: report.fieldsSettled,
+                    conflicts: report.conflicts.map { "\($0.table) \($0.key) \($0.fields.joined(separator: ",")) → \($0.resolution)" }
+                ))
+            }
+            print("\(dryRun ? "dry run: " : "")\(report)")
+            for c in report.conflicts { print("conflict: \(c.table) \(c.key) \(c.fields.joined(separator: ", ")) → \(c.resolution) (\(c.policy))") }
+        }
+    }
+}

@@ -1,0 +1,172 @@
+import Foundation
+import Strata
+import StrataSync
+import Testing
+
+/// A store prepared for the command tests: two synced tasks, one edited, one inserted, one
+/// deleted, and one deferred conflict.
+func withPreparedStore(_ body: (String, Store) throws -> Void) throws {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-cli-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    do {
+        let store = try Store(path: path)
+        try store.createTable(.fixed("tasks", fields: [.int("id"), .string("title"), .int("priority", default: 0)]))
+        try store.write { tx in
+            for i in 1...4 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string("t\(i)"), "priority": .int(Int64(i % 2))]) }
+            for i in 1...4 { try tx.acknowledge("tasks", key: .init(.int(Int64(i)))) }
+            try tx.update("tasks", key: 1, ["title": "edited"])
+            try tx.insert("tasks", ["id": 5, "title": "new"])
+            try tx.delete("tasks", key: 2)
+            try tx.update("tasks", key: 3, ["title": "mine"])
+        }
+        try SyncClient(store: store, policy: .deferred).merge(ServerDelta(anchor: "a1", tables: [
+            TableDelta("tasks", upserts: [ServerRow(["id": 3, "title": "theirs", "priority": 1])]),
+        ]))
+        try body(path, store)
+    }
+}
+
+
+
+func json(_ text: String) throws -> Any {
+    try JSONSerialization.jsonObject(with: Data(text.utf8))
+}
+
+@Suite struct CommandTests {
+    @Test func infoCountsEverything() throws {
+        try withPreparedStore { path, _ in
+            let r = try runStrata(["info", path, "--json"])
+            #expect(r.status == 0, "\(r.err)")
+            let info = try #require(try json(r.out) as? [String: Any])
+            #expect(info["pendingRows"] as? Int == 4 && info["conflicts"] as? Int == 1 && info["anchor"] as? String == "a1")
+            #expect(info["logLength"] as? Int == 13)
+            let table = try #require((info["tables"] as? [[String: Any]])?.first)
+            #expect(table["name"] as? String == "tasks" && table["rows"] as? Int == 4 && table["pending"] as? Int == 4)
+        }
+    }
+
+    @Test func showFiltersSortsLimitsAndTravelsInTime() throws {
+        try withPreparedStore { path, store in
+            let r = try runStrata(["show", path, "tasks", "--where", "priority=1", "--sort", "title", "--json"])
+            #expect(r.status == 0, "\(r.err)")
+            let rows = try #require(try json(r.out) as? [[String: Any]])
+            #expect(rows.compactMap { ($0["values"] as? [String: Any])?["title"] as? [String: String] } == [["string": "edited"], ["string": "mine"]])
+            #expect(rows.first?["status"] as? String == "updated")
+            #expect((rows.first?["originals"] as? [String: Any])?["title"] as? [String: String] == ["string": "t1"])
+            let limited = try runStrata(["show", path, "tasks", "--limit", "2", "--json"])
+            #expect((try json(limited.out) as? [Any])?.count == 2)
+            // As of LSN 4: the first four inserts only, all pending.
+            let past = try runStrata(["show", path, "tasks", "--as-of", "4", "--json"])
+            let pastRows = try #require(try json(past.out) as? [[String: Any]])
+            #expect(pastRows.count == 4 && pastRows.allSatisfy { $0["status"] as? String == "inserted" })
+            let deleted = try runStrata(["show", path, "tasks", "--include-deleted"])
+            #expect(deleted.out.contains("tasks 2 [deleted]"))
+        }
+    }
+
+    @Test func logAndHistory() throws {
+        try withPreparedStore { path, _ in
+            let log = try #require(try json(try runStrata(["log", path, "--table", "tasks", "--key", "1", "--json"]).out) as? [[String: Any]])
+            #expect(log.map { $0["kind"] as? String } == ["insert", "acknowledge", "update"])
+            let window = try #require(try json(try runStrata(["log", path, "--from", "5", "--to", "8", "--json"]).out) as? [[String: Any]])
+            #expect(window.compactMap { $0["lsn"] as? Int } == [5, 6, 7, 8])
+            let history = try #require(try json(try runStrata(["history", path, "tasks", "3", "--json"]).out) as? [String: Any])
+            #expect((history["operations"] as? [Any])?.count == 4)
+            #expect((history["blame"] as? [String: Int])?["title"] == 13)
+        }
+    }
+
+    @Test func pendingAndConflicts() throws {
+        try withPreparedStore { path, _ in
+            let pending = try #require(try json(try runStrata(["pending", path, "--json"]).out) as? [[String: Any]])
+            // The conflicted row 3 is held back; inserts and updates first, then deletes.
+            #expect(pending.map { $0["kind"] as? String } == ["update", "insert", "delete"])
+            let conflicts = try #require(try json(try runStrata(["conflicts", path, "--json"]).out) as? [[String: Any]])
+            #expect(conflicts.count == 1 && conflicts[0]["fields"] as? [String] == ["title"])
+            #expect((conflicts[0]["server"] as? [String: Any])?["title"] as? [String: String] == ["string": "theirs"])
+        }
+    }
+
+    @Test func mergeDryRunChangesNothingAndMergeDoes() throws {
+        try withPreparedStore { path, store in
+            let file = path + "-delta.json"
+            defer { try? FileManager.default.removeItem(atPath: file) }
+            let delta = ServerDelta(since: "a1", anchor: "a2", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 4, "title": "server4"])])])
+            try WireFormat.encode(delta).write(to: URL(fileURLWithPath: file))
+            let dry = try runStrata(["merge", path, file, "--dry-run", "--json"])
+            #expect(dry.status == 0, "\(dry.err)")
+            #expect((try json(dry.out) as? [String: Any])?["rowsApplied"] as? Int == 1)
+            #expect((try json(try runStrata(["info", path, "--json"]).out) as? [String: Any])?["anchor"] as? String == "a1")
+            let real = try runStrata(["merge", path, file])
+            #expect(real.status == 0 && real.out.contains("1 rows applied"))
+            let row = try json(try runStrata(["show", path, "tasks", "--where", "id=4", "--json"]).out) as? [[String: Any]]
+            #expect((row?.first?["values"] as? [String: Any])?["title"] as? [String: String] == ["string": "server4"])
+        }
+    }
+
+    @Test func maintenanceCommands() throws {
+        try withPreparedStore { path, _ in
+            #expect(try runStrata(["verify", path]).status == 0)
+            #expect(try runStrata(["rebuild", path]).out.contains("rebuilt from 13 operations"))
+            let replay = path + "-replay"
+            let copy = path + "-copy"
+            defer { for p in [replay, copy] { try? FileManager.default.removeItem(atPath: p) } }
+            let r = try runStrata(["replay", path, replay, "--until", "8"])
+            #expect(r.status == 0 && r.out.contains("replayed 8 operations"), "\(r.err)")
+            let replayed = try #require(try json(try runStrata(["show", replay, "tasks", "--json"]).out) as? [[String: Any]])
+            #expect(replayed.count == 4 && replayed.allSatisfy { $0["status"] as? String == "unchanged" })
+            #expect(try runStrata(["copy", path, copy, "--compact"]).status == 0)
+            #expect(try runStrata(["verify", copy, "--json"]).out.contains("\"consistent\" : true"))
+        }
+    }
+
+    @Test func badInputIsOneLineAndANonZeroStatus() throws {
+        try withPreparedStore { path, store in
+            let notAStore = path + "-nothing"
+            let delta = path + "-bad.json"
+            defer { try? FileManager.default.removeItem(atPath: delta) }
+            try Data(#"{"anchor":"x","tables":[{"table":"tasks","upserts":[{"fields":{"id":{"int":1}},"colour":1}]}]}"#.utf8).write(to: URL(fileURLWithPath: delta))
+            let before = try json(try runStrata(["info", path, "--json"]).out) as? [String: Any]
+            let cases: [([String], Int32, String)] = [
+                (["info", notAStore], 2, "no Strata store"),
+                (["show", path, "nosuch"], 2, "no table named 'nosuch'"),
+                (["history", path, "tasks", "77"], 2, "no row with key 77"),
+                (["show", path, "tasks", "--as-of", "999"], 2, "past the end of the log"),
+                (["show", path, "tasks", "--as-of", "0"], 64, "--as-of"),
+                (["log", path, "--from", "9", "--to", "3"], 64, "--from 9 is after --to 3"),
+                (["merge", path, delta], 2, "upserts[0].colour"),
+                (["merge", path, notAStore + ".json"], 2, "cannot read the delta file"),
+            ]
+            for (arguments, status, message) in cases {
+                let r = try runStrata(arguments)
+                #expect(r.status == status, "\(arguments): status \(r.status), \(r.err)")
+                #expect(r.err.contains(message), "\(arguments): \(r.err)")
+                #expect(!r.err.contains("Fatal error") && !r.err.contains("Stack dump"), "\(arguments) crashed")
+                if status == 2 { #expect(r.err.split(separator: "\n").count == 1, "\(arguments): not one line: \(r.err)") }
+            }
+            #expect(!FileManager.default.fileExists(atPath: notAStore), "a command created a store where there was none")
+            let after = try json(try runStrata(["info", path, "--json"]).out) as? [String: Any]
+            #expect(after?["logLength"] as? Int == before?["logLength"] as? Int)
+        }
+    }
+
+    @Test func aStoreOfANewerFormatIsRefused() throws {
+        try withPreparedStore { path, store in
+            let newer = path + "-newer"
+            defer { try? FileManager.default.removeItem(atPath: newer) }
+            try FileManager.default.createDirectory(atPath: newer, withIntermediateDirectories: true)
+            try store.copy(to: newer, compact: false)
+            // Raise the copy's format version with a tiny writer of our own.
+            try raiseFormatVersion(newer)
+            let r = try runStrata(["info", newer])
+            #expect(r.status == 2 && r.err.contains("newer than this Strata reads"), "\(r.err)")
+        }
+    }
+
+    @Test func everyCommandHasHelpWithAnExample() throws {
+        for command in ["demo", "info", "show", "log", "history", "pending", "conflicts", "merge", "rebuild", "verify", "replay", "copy", "bench"] {
+            let r = try runStrata([command, "--help"])
+            #expect(r.status == 0 && r.out.contains("strata \(command)"), "\(command) --help")
+        }
+    }
+}
