@@ -43,7 +43,7 @@ let package = Package(
         ),
         .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
         .testTarget(name: "StrataTests", dependencies: ["Strata", "LMDB", "StrataWorkload"]),
-        .testTarget(name: "StrataSyncTests", dependencies: ["StrataSync", "Strata"]),
+        .testTarget(name: "StrataSyncTests", dependencies: ["StrataSync", "Strata", "StrataWorkload"]),
         // Runs the built `strata` executable; the dependency makes `swift test` build it first.
         .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "Strata", "StrataSync", "LMDB"]),
     ]

@@ -68,7 +68,7 @@ struct BenchCommand: ParsableCommand {
         let preloadSeconds = try measure {
             try store.write { tx in for f in preloadFields { try tx.insert("tasks", f) } }
         }
-        Memory.resetPeak()
+        ProcessMemory.resetPeak()
         let editSeconds = try measure {
             var i = 0
             while i < prepared.count {
@@ -79,8 +79,8 @@ struct BenchCommand: ParsableCommand {
                 i = end
             }
         }
-        let peak = Memory.peakResident
-        let anon = Memory.anonymousResident
+        let peak = ProcessMemory.peak
+        let anon = ProcessMemory.anonymous
         var folded = 0
         let rebuildSeconds = try measure { folded = try store.rebuild() }
 
@@ -117,24 +117,4 @@ struct BenchCommand: ParsableCommand {
     }
 
     private func format(_ s: Double) -> String { String(format: "%.3f", s) }
-}
-
-/// Resident memory from /proc (Linux); zeros elsewhere.
-enum Memory {
-    /// Resets the peak resident size (VmHWM), so a phase can measure its own peak.
-    static func resetPeak() {
-        try? "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
-    }
-
-    static var peakResident: Int { status("VmHWM") }
-    static var anonymousResident: Int { status("RssAnon") }
-
-    private static func status(_ field: String) -> Int {
-        guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
-        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
-            let kb = line.split(separator: " ").compactMap { Int($0) }.first ?? 0
-            return kb * 1024
-        }
-        return 0
-    }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Strata
 import StrataSync
+import StrataWorkload
 
 func withTemporaryFolder<R>(_ body: (String) throws -> R) throws -> R {
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-sync-test-\(UUID().uuidString)").path
@@ -24,16 +25,8 @@ let tasks = TableSchema.fixed("tasks", primaryKey: ["id"], fields: [
     .int("id"), .string("title"), .int("priority", default: 0), .bool("done", default: false), .string("notes", nullable: true),
 ])
 
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+extension SplitMix64 {
+    /// A draw below `n`, as an `Int`.
     mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
 }
 

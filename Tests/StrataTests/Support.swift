@@ -1,5 +1,6 @@
 import Foundation
 import Strata
+import StrataWorkload
 
 /// A fresh folder under the system temporary directory, removed by `body`'s end.
 func withTemporaryFolder<R>(_ body: (String) throws -> R) throws -> R {
@@ -18,18 +19,6 @@ func withStore<R>(_ options: StoreOptions = StoreOptions(), _ body: (Store, Stri
     }
 }
 
-/// splitmix64: small, fast, and the same generator the reference workload specifies.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// The seed of a randomized test: `STRATA_SEED` when set (to replay a failure), else random.
 /// Printed so that any failure can be replayed.

@@ -20,22 +20,3 @@ public protocol Peer: AnyObject {
     /// Bytes on disk.
     var sizeOnDisk: Int { get }
 }
-
-/// Resident memory from /proc (Linux).
-public enum Memory {
-    /// Resets the peak resident size, so that a phase can measure its own peak.
-    public static func resetPeak() {
-        try? "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
-    }
-
-    public static var peak: Int { status("VmHWM") }
-    public static var resident: Int { status("VmRSS") }
-
-    private static func status(_ field: String) -> Int {
-        guard let text = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
-        for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
-            return (line.split(separator: " ").compactMap { Int($0) }.first ?? 0) * 1024
-        }
-        return 0
-    }
-}

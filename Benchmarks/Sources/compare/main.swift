@@ -58,8 +58,8 @@ for batch in batches {
         peer.prepare(workload)
         preloadRates[system] = Double(preloadCount) / (try seconds { try peer.preload() })
         try peer.markPreloadSynced()
-        let base = Memory.resident
-        Memory.resetPeak()
+        let base = ProcessMemory.resident
+        ProcessMemory.resetPeak()
         let t = try seconds {
             var i = 0
             while i < count {
@@ -69,7 +69,7 @@ for batch in batches {
             }
         }
         editRates[system] = Double(count) / t
-        memory[system] = Double(max(0, Memory.peak - base)) / 1_048_576
+        memory[system] = Double(max(0, ProcessMemory.peak - base)) / 1_048_576
         if batch == batches.first, system != "SQLite plain" {
             payload[system] = try seconds { _ = try peer.pendingPayload() }
             var ok = false
