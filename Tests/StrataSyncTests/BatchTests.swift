@@ -2,6 +2,7 @@ import Foundation
 import Strata
 import StrataSync
 import Synchronization
+import StrataWorkload
 import Testing
 
 let priorities = TableSchema.fixed("priorities", primaryKey: ["id"], fields: [.int("id"), .string("name")])

@@ -1,6 +1,7 @@
 import Foundation
 import Strata
 import StrataSync
+import StrataWorkload
 import Testing
 
 /// A minimal server: one `tasks` table, a change log for pulls, and optimistic concurrency on

@@ -1,5 +1,6 @@
 import Foundation
 @testable import Strata
+import StrataWorkload
 import Testing
 
 @Suite struct CodecTests {

@@ -1,5 +1,6 @@
 import Foundation
 import Strata
+import StrataWorkload
 import Testing
 
 /// A deliberately naive model of the rules (dictionaries of values, no codec, no LMDB), written
