@@ -70,6 +70,7 @@ public final class Store: Sendable {
     let views: Views
     /// The catalog last seen; every transaction checks its version against `meta`.
     let cachedCatalog: Mutex<Catalog>
+    let observers = Observers()
 
     /// The store format this version of Strata writes and reads.
     public static let formatVersion: UInt64 = 1
@@ -138,6 +139,7 @@ public final class Store: Sendable {
     /// - Complexity: O(edits × log n), plus one `fdatasync` under ``Durability/full``.
     public func write<R>(_ body: (Transaction) throws -> R) throws -> R {
         var committedCatalog: Catalog?
+        var notification: CommitNotification?
         let result = try Store.mappingStorageErrors {
             try env.write { txn in
                 let tx = try Transaction(store: self, txn: txn, catalog: try currentCatalog(txn))
@@ -145,10 +147,13 @@ public final class Store: Sendable {
                 let r = try body(tx)
                 try tx.finish()
                 committedCatalog = tx.catalogChanged ? tx.catalog : nil
+                notification = tx.notification
                 return r
             }
         }
         if let committedCatalog { publish(committedCatalog) }
+        // After the commit: nothing is told about a transaction that rolled back.
+        if let notification { observers.notify(notification) }
         return result
     }
 

@@ -30,6 +30,9 @@ public final class Transaction {
     private var rowBuf = ByteWriter(capacity: 512)
     /// Rows touched, kept only when invariant checks are on.
     private var touched: Set<[UInt8]> = []
+    /// Changes for observers, collected only when the store has any.
+    private var changes: [RowChangeEvent]? = nil
+    private var firstLSN: UInt64 = 0
 
     init(store: Store, txn: LMDB.WriteTransaction, catalog: Catalog) throws(StrataError) {
         self.store = store
@@ -38,6 +41,8 @@ public final class Transaction {
         self.catalog = catalog
         self.baseCatalogVersion = catalog.version
         self.nextLSN = try txn.lastLSN(in: store.views) + 1
+        self.firstLSN = nextLSN
+        if !store.observers.isEmpty { changes = [] }
         self.timestampMicros = UInt64(max(0, (Date().timeIntervalSince1970 * 1_000_000).rounded()))
         newValues.reserveCapacity(16)
     }
@@ -288,6 +293,7 @@ public final class Transaction {
             txnIDStored = true
         }
         if store.options.checkInvariants { touched.insert(keyBuf.bytes) }
+        if changes != nil { try recordChange(t, origin: origin, wasVisible: oldFlags.map { !$0.contains(.deleted) } ?? false, flags: flags) }
         nextLSN += 1
     }
 
@@ -337,6 +343,26 @@ public final class Transaction {
     private func previousLSN(_ old: UnsafeRawBufferPointer?) throws(StrataError) -> UInt64 {
         if let old { return try RowHeader(old).lastLSN }
         return try txn.goneLSN(keyBuf.bytes, views: views)
+    }
+
+    /// Notes the change of the row at `keyBuf` for observers.
+    private func recordChange(_ t: TableInfo, origin: LogEntry.Origin, wasVisible: Bool, flags: RowFlags) throws(StrataError) {
+        let isVisible = !flags.contains(.gone) && !flags.contains(.deleted)
+        let kind: RowChangeEvent.Kind
+        switch (wasVisible, isVisible) {
+        case (false, true): kind = .inserted
+        case (true, false): kind = .deleted
+        case (true, true): kind = .updated
+        case (false, false): return  // a change to a row the app cannot see (a pending delete's originals)
+        }
+        let key = try keyBuf.withUnsafeBytes { (k) throws(StrataError) in try t.decodeKey(k) }
+        changes!.append(RowChangeEvent(table: t.name, key: key, kind: kind, origin: origin))
+    }
+
+    /// What this transaction changed, for observers; `nil` when nobody observes or nothing changed.
+    var notification: CommitNotification? {
+        guard let changes, !changes.isEmpty, nextLSN > firstLSN else { return nil }
+        return CommitNotification(lsns: firstLSN...(nextLSN - 1), changes: changes)
     }
 
     /// Persists catalog changes and, when enabled, checks the invariants. Called before commit.

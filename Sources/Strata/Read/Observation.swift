@@ -1,0 +1,85 @@
+import Foundation
+import Synchronization
+
+/// One row changed by a committed transaction.
+public struct RowChangeEvent: Sendable, Hashable {
+    /// What happened to the row, as the app sees it.
+    public enum Kind: String, Sendable, Hashable {
+        /// The row appeared (inserted, restored, or revived).
+        case inserted
+        case updated
+        /// The row disappeared from reads (removed, or deleted locally pending upload).
+        case deleted
+    }
+
+    public let table: String
+    public let key: RowKey
+    public let kind: Kind
+    /// Whether the change was made on this device or came from the server.
+    public let origin: LogEntry.Origin
+}
+
+/// What one committed write transaction changed.
+public struct CommitNotification: Sendable, Hashable {
+    /// The LSNs of the transaction's operations.
+    public let lsns: ClosedRange<UInt64>
+    /// Every row the transaction changed, in the order of its operations (a row changed twice is
+    /// listed twice).
+    public let changes: [RowChangeEvent]
+}
+
+/// Keeps an observation alive; the observer is removed when this is cancelled or deallocated.
+public final class ObservationToken: Sendable {
+    private let cancelAction: @Sendable () -> Void
+    init(_ cancel: @escaping @Sendable () -> Void) { cancelAction = cancel }
+    /// Stops the observation.
+    public func cancel() { cancelAction() }
+    deinit { cancelAction() }
+}
+
+/// The observers of a store.
+final class Observers: Sendable {
+    private let callbacks = Mutex<[UUID: @Sendable (CommitNotification) -> Void]>([:])
+    private let count = Atomic<Int>(0)
+
+    /// Whether anyone is listening: transactions collect changes only then.
+    var isEmpty: Bool { count.load(ordering: .relaxed) == 0 }
+
+    func add(_ callback: @escaping @Sendable (CommitNotification) -> Void) -> ObservationToken {
+        let id = UUID()
+        callbacks.withLock {
+            $0[id] = callback
+            count.store($0.count, ordering: .relaxed)
+        }
+        return ObservationToken { [weak self] in
+            self?.callbacks.withLock {
+                $0[id] = nil
+                self?.count.store($0.count, ordering: .relaxed)
+            }
+        }
+    }
+
+    func notify(_ n: CommitNotification) {
+        for callback in callbacks.withLock({ Array($0.values) }) { callback(n) }
+    }
+}
+
+extension Store {
+    /// Calls `body` after every committed write transaction with the rows it changed. Nothing
+    /// is delivered for a transaction that rolled back. `body` runs on the committing thread,
+    /// after the commit; it may read the store but should return quickly.
+    ///
+    /// Keep the returned token: the observation ends when it is cancelled or released.
+    public func observe(_ body: @escaping @Sendable (CommitNotification) -> Void) -> ObservationToken {
+        observers.add(body)
+    }
+
+    /// Every committed write transaction's changes, as an asynchronous sequence. The sequence
+    /// ends when the consuming task is cancelled.
+    public func changes() -> AsyncStream<CommitNotification> {
+        AsyncStream { continuation in
+            let token = observers.add { continuation.yield($0) }
+            continuation.onTermination = { _ in token.cancel() }
+        }
+    }
+}
