@@ -75,7 +75,8 @@ public final class Store: Sendable {
     /// The store format this version of Strata writes and reads.
     public static let formatVersion: UInt64 = 1
 
-    /// Opens the store in the folder at `path`, creating it (and the folder) if needed.
+    /// Opens the store in the folder at `path`, creating it (and the folder, with any missing
+    /// parent folders) if needed.
     ///
     /// - Throws: ``StrataError`` with code `formatVersion` for a store written by a newer Strata,
     ///   `io` when the folder holds no store and ``StoreOptions/createIfMissing`` is false.
@@ -84,6 +85,11 @@ public final class Store: Sendable {
         self.options = options
         if !options.createIfMissing && !FileManager.default.fileExists(atPath: path + "/data.mdb") {
             throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        } catch {
+            throw StrataError(.io, "cannot create the store's folder '\(path)': \(error.localizedDescription)")
         }
         var envOptions = EnvironmentOptions()
         envOptions.mapSize = options.initialMapSize

@@ -22,7 +22,7 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
             case tableNotFound, tableExists, invalidSchema
             case fieldNotFound, typeMismatch, missingField, nullNotAllowed, invalidKey
             case duplicateKey, rowNotFound, invalidOperation
-            case corruptRecord, formatVersion, storage, io, malformedInput
+            case corruptRecord, formatVersion, storage, io, malformedInput, dataVersionMismatch
         }
         fileprivate let kind: Kind
         private init(_ kind: Kind) { self.kind = kind }
@@ -59,6 +59,9 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         public static let io = Code(.io)
         /// A payload from outside (a delta, an acknowledgement, a file) could not be decoded.
         public static let malformedInput = Code(.malformedInput)
+        /// A briefcase holds data of another data version than the app expects: discard it and
+        /// fetch the data again.
+        public static let dataVersionMismatch = Code(.dataVersionMismatch)
 
         public var description: String { kind.rawValue }
     }

@@ -14,7 +14,8 @@ struct StrataCommand: ParsableCommand {
         subcommands: [
             DemoCommand.self, InfoCommand.self, ShowCommand.self, LogCommand.self, HistoryCommand.self,
             PendingCommand.self, ConflictsCommand.self, MergeCommand.self, RebuildCommand.self,
-            VerifyCommand.self, ReplayCommand.self, CopyCommand.self, BenchCommand.self,
+            VerifyCommand.self, ReplayCommand.self, ExportCommand.self, ImportCommand.self, CopyCommand.self,
+            BenchCommand.self,
         ]
     )
 }

@@ -163,8 +163,28 @@ func json(_ text: String) throws -> Any {
         }
     }
 
+    @Test func exportAndImportABriefcase() throws {
+        try withPreparedStore { path, _ in
+            let file = path + ".briefcase"
+            let fresh = path + "-imported"
+            defer { for p in [file, fresh] { try? FileManager.default.removeItem(atPath: p) } }
+            let e = try runStrata(["export", path, file, "--data-version", "7", "--json"])
+            let exported = try json(e.out) as? [String: Any]
+            #expect(e.status == 0 && exported?["rowCount"] as? Int == 5, "\(e.err)")
+            let refused = try runStrata(["import", fresh, file])
+            #expect(refused.status == 2 && refused.err.contains("no Strata store"))
+            let wrong = try runStrata(["import", fresh, file, "--create", "--expect-data-version", "8"])
+            #expect(wrong.status == 2 && wrong.err.contains("data version '7'"), "\(wrong.err)")
+            let ok = try runStrata(["import", fresh, file, "--create", "--expect-data-version", "7"])
+            #expect(ok.status == 0 && ok.out.contains("imported 5 rows"), "\(ok.err)")
+            let a = try runStrata(["show", path, "tasks", "--include-deleted"]).out
+            let b = try runStrata(["show", fresh, "tasks", "--include-deleted"]).out
+            #expect(a == b && a.contains("conflicted"))
+        }
+    }
+
     @Test func everyCommandHasHelpWithAnExample() throws {
-        for command in ["demo", "info", "show", "log", "history", "pending", "conflicts", "merge", "rebuild", "verify", "replay", "copy", "bench"] {
+        for command in ["demo", "info", "show", "log", "history", "pending", "conflicts", "merge", "rebuild", "verify", "replay", "export", "import", "copy", "bench"] {
             let r = try runStrata([command, "--help"])
             #expect(r.status == 0 && r.out.contains("strata \(command)"), "\(command) --help")
         }

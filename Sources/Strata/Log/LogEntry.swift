@@ -24,6 +24,8 @@ public struct LogEntry: Sendable, Hashable {
         case reset = 11
         /// The server refused an upload of the row and the client dropped or rolled it back.
         case uploadRejected = 12
+        /// A briefcase import set the row.
+        case imported = 13
 
         public var description: String {
             switch self {
@@ -39,6 +41,7 @@ public struct LogEntry: Sendable, Hashable {
             case .resolve: "resolve"
             case .reset: "reset"
             case .uploadRejected: "upload rejected"
+            case .imported: "imported"
             }
         }
     }

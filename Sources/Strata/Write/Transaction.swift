@@ -72,6 +72,22 @@ public final class Transaction {
         catalogChanged = true
     }
 
+    /// Adds field names a property bag has not used yet, in the given order. No effect on a
+    /// fixed table (its fields are declared).
+    func registerFields(_ table: String, _ names: [String]) throws {
+        var t = try catalog.table(named: table)
+        guard t.isPropertyBag else { return }
+        var changed = false
+        for name in names where !name.isEmpty && t.fieldIDs[name] == nil {
+            _ = t.addField(name)
+            changed = true
+        }
+        if changed {
+            catalog.tables[t.id] = t
+            catalogChanged = true
+        }
+    }
+
     // MARK: Edits
 
     /// Inserts a row. Fields not given take their default (or `null` when nullable).

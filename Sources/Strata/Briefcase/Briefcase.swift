@@ -1,0 +1,185 @@
+import Foundation
+import LMDB
+
+/// What a briefcase file holds.
+public struct BriefcaseInfo: Sendable, Hashable, Codable {
+    /// The version of the data, set by the app; an app that expects another version discards
+    /// the briefcase and fetches the data again.
+    public var dataVersion: String?
+    /// Free-form properties the app stored with the briefcase.
+    public var properties: [String: String]
+    /// The tables it holds, with their schemas.
+    public var tables: [TableSchema]
+    /// Every field name of each table, in the store's order (a property bag's fields included).
+    public var fieldNames: [String: [String]]
+    public var rowCount: Int
+    public var createdAt: Date
+    /// The client id of the store it was exported from.
+    public var sourceClientID: String
+}
+
+/// A briefcase: a snapshot of tables — current values, originals and pending state — in one
+/// file, to keep data offline, hand it to another device, or seed a store.
+///
+/// The file is `STRATABC`, a format byte, a JSON header (``BriefcaseInfo``), the rows (binary:
+/// table, key values, flags, and per field name, original and current value), and a 64-bit
+/// FNV-1a checksum of everything before it, so a truncated or damaged file is detected before
+/// anything is imported.
+enum BriefcaseFormat {
+    static let magic = Array("STRATABC".utf8)
+    static let version: UInt8 = 1
+
+    struct Entry {
+        var table: Int
+        var key: RowKey
+        var state: RowState
+    }
+
+    static func encode(_ info: BriefcaseInfo, _ entries: [Entry]) throws -> [UInt8] {
+        var w = ByteWriter(capacity: 1 << 16)
+        w.append(magic)
+        w.append(version)
+        let header = Array(try JSONEncoder().encode(info))
+        w.appendVarint(UInt64(header.count))
+        w.append(header)
+        for e in entries {
+            w.appendVarint(UInt64(e.table))
+            w.appendVarint(UInt64(e.key.values.count))
+            for v in e.key.values { w.appendValue(v) }
+            var flags: UInt8 = 0
+            if e.state.isInserted { flags |= 1 }
+            if e.state.isDeleted { flags |= 2 }
+            if e.state.isConflicted { flags |= 4 }
+            w.append(flags)
+            w.appendVarint(UInt64(e.state.fields.count))
+            for (name, f) in e.state.fields.sorted(by: { $0.key < $1.key }) {
+                w.appendValue(.string(name))
+                w.appendValue(f.original)
+                w.appendValue(f.current)
+            }
+        }
+        var d = Digest()
+        w.withUnsafeBytes { d.add($0) }
+        w.appendLittleEndian(d.value)
+        return w.bytes
+    }
+
+    static func decode(_ bytes: [UInt8], path: String) throws(StrataError) -> (BriefcaseInfo, [Entry]) {
+        func damaged(_ why: String) -> StrataError {
+            StrataError(.malformedInput, "the briefcase '\(path)' is damaged or truncated (\(why)); nothing was imported")
+        }
+        guard bytes.count >= magic.count + 9, Array(bytes.prefix(magic.count)) == magic else {
+            throw damaged("not a Strata briefcase")
+        }
+        let body = bytes.count - 8
+        var d = Digest()
+        withBytes(Array(bytes[..<body])) { d.add($0) }
+        let stored = withBytes(Array(bytes[body...])) { b in b.loadUnaligned(as: UInt64.self) }
+        guard UInt64(littleEndian: stored) == d.value else { throw damaged("checksum mismatch") }
+        return try withBytes(Array(bytes[..<body])) { (b) throws(StrataError) in
+            var r = ByteReader(b, offset: magic.count)
+            guard try r.byte() == version else { throw StrataError(.formatVersion, "the briefcase '\(path)' has a newer format than this Strata reads") }
+            let n = Int(try r.varint())
+            let info: BriefcaseInfo
+            do { info = try JSONDecoder().decode(BriefcaseInfo.self, from: Data(try r.bytes(n))) } catch { throw damaged("unreadable header") }
+            var entries: [Entry] = []
+            while !r.isAtEnd {
+                let table = Int(try r.varint())
+                guard table < info.tables.count else { throw damaged("a row names table #\(table)") }
+                let keyCount = Int(try r.varint())
+                guard keyCount < 64 else { throw damaged("a key of \(keyCount) values") }
+                var key: [Value] = []
+                for _ in 0..<keyCount { key.append(try r.value()) }
+                let flags = try r.byte()
+                let fieldCount = Int(try r.varint())
+                guard fieldCount <= r.remaining else { throw damaged("a row of \(fieldCount) fields") }
+                var fields: [String: RowState.Field] = [:]
+                for _ in 0..<fieldCount {
+                    guard case .string(let name) = try r.value() else { throw damaged("a field without a name") }
+                    fields[name] = RowState.Field(original: try r.value(), current: try r.value())
+                }
+                entries.append(Entry(table: table, key: RowKey(key), state: RowState(fields: fields, isInserted: flags & 1 != 0, isDeleted: flags & 2 != 0, isConflicted: flags & 4 != 0)))
+            }
+            guard entries.count == info.rowCount else { throw damaged("\(entries.count) rows where the header says \(info.rowCount)") }
+            return (info, entries)
+        }
+    }
+}
+
+extension Store {
+    /// Writes `tables` (all tables when `nil`) — current values, originals and pending state —
+    /// into a briefcase file at `path`, from one consistent snapshot.
+    ///
+    /// - Complexity: O(n) for the rows exported.
+    @discardableResult
+    public func exportBriefcase(to path: String, tables: [String]? = nil, dataVersion: String? = nil, properties: [String: String] = [:]) throws -> BriefcaseInfo {
+        let (info, entries) = try read { snap in
+            let schemas = try (tables ?? snap.tables.map(\.name)).map { try snap.schema($0) }
+            var fieldNames: [String: [String]] = [:]
+            for s in schemas { fieldNames[s.name] = try snap.fieldNames(s.name) }
+            var entries: [BriefcaseFormat.Entry] = []
+            for (i, s) in schemas.enumerated() {
+                for row in try snap.rows(s.name, includingDeleted: true) {
+                    entries.append(.init(table: i, key: row.key, state: RowState(row)))
+                }
+            }
+            let info = BriefcaseInfo(dataVersion: dataVersion, properties: properties, tables: schemas, fieldNames: fieldNames, rowCount: entries.count, createdAt: Date(), sourceClientID: clientID)
+            return (info, entries)
+        }
+        let bytes = try BriefcaseFormat.encode(info, entries)
+        do {
+            try Data(bytes).write(to: URL(fileURLWithPath: path), options: .atomic)
+        } catch {
+            throw StrataError(.io, "cannot write the briefcase '\(path)': \(error.localizedDescription)")
+        }
+        return info
+    }
+
+    /// Reads and checks a briefcase file without importing it.
+    public static func briefcaseInfo(at path: String) throws -> BriefcaseInfo {
+        try BriefcaseFormat.decode(try readFile(path), path: path).0
+    }
+
+    /// Imports a briefcase: each of its tables is created if missing, and its rows replace that
+    /// table's rows — values, originals and pending state as exported — in one transaction that
+    /// logs an `imported` operation per changed row.
+    ///
+    /// - Throws: ``StrataError`` `dataVersionMismatch` when `expectingDataVersion` is given and
+    ///   differs (discard the briefcase and fetch the data again); `malformedInput` for a damaged
+    ///   or truncated file; `tableExists` when a table exists with another schema. Nothing is
+    ///   imported then.
+    @discardableResult
+    public func importBriefcase(from path: String, expectingDataVersion: String? = nil) throws -> BriefcaseInfo {
+        let (info, entries) = try BriefcaseFormat.decode(try Store.readFile(path), path: path)
+        if let expected = expectingDataVersion, info.dataVersion != expected {
+            throw StrataError(.dataVersionMismatch, "the briefcase '\(path)' holds data version \(info.dataVersion.map { "'\($0)'" } ?? "none"), the app expects '\(expected)'; discard it and fetch the data again")
+        }
+        try write { tx in
+            for schema in info.tables {
+                try tx.createTable(schema)
+                // A property bag's fields keep the order they had in the exporting store.
+                try tx.registerFields(schema.name, info.fieldNames[schema.name] ?? [])
+            }
+            var keep: [String: Set<RowKey>] = [:]
+            for e in entries {
+                let table = info.tables[e.table].name
+                let key = try tx.row(table, key: e.key, includingDeleted: true)?.key ?? e.key
+                keep[table, default: []].insert(key)
+                try tx.setRowState(table, key: key, e.state, kind: .imported, origin: .local)
+            }
+            for schema in info.tables {
+                for row in try tx.snapshot.rows(schema.name, includingDeleted: true) where !(keep[schema.name]?.contains(row.key) ?? false) {
+                    try tx.setRowState(schema.name, key: row.key, nil, kind: .imported, origin: .local)
+                }
+            }
+        }
+        return info
+    }
+
+    static func readFile(_ path: String) throws(StrataError) -> [UInt8] {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw StrataError(.io, "cannot read the briefcase '\(path)'")
+        }
+        return Array(data)
+    }
+}

@@ -1,0 +1,87 @@
+import Foundation
+import Strata
+import StrataWorkload
+import Testing
+
+@Suite struct BriefcaseTests {
+    /// A source store with synced, updated, inserted, deleted rows in a fixed table and a bag.
+    func source(_ path: String) throws -> Store {
+        let store = try Store(path: path)
+        try store.createTable(tasksSchema)
+        try store.createTable(.propertyBag("settings", key: [.string("name")]))
+        try store.write { tx in
+            for i in 1...5 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string("t\(i)"), "notes": i % 2 == 0 ? "n" : nil]) }
+            for i in 1...4 { try tx.acknowledge("tasks", key: .init(.int(Int64(i)))) }
+            try tx.update("tasks", key: 1, ["title": "edited", "done": true])
+            try tx.delete("tasks", key: 2)
+            try tx.insert("settings", ["name": "theme", "value": "dark", "size": 3])
+        }
+        return store
+    }
+
+    func contents(_ store: Store) throws -> [Row] {
+        try store.read { snap in try snap.tables.flatMap { try snap.rows($0.name, includingDeleted: true) } }
+    }
+
+    @Test func exportThenImportGivesIdenticalTablesPendingStateIncluded() throws {
+        try withTemporaryFolder { dir in
+            let a = try source(dir + "/a")
+            let file = dir + "/snapshot.briefcase"
+            let info = try a.exportBriefcase(to: file, dataVersion: "v7", properties: ["user": "ann"])
+            #expect(info.rowCount == 6)
+            #expect(try Store.briefcaseInfo(at: file).properties == ["user": "ann"])
+            let b = try Store(path: dir + "/b")
+            try b.importBriefcase(from: file, expectingDataVersion: "v7")
+            #expect(try contents(b).map(\.description) == (try contents(a)).map(\.description))
+            #expect(try b.read { try $0.pendingRows().map(\.key) } == (try a.read { try $0.pendingRows().map(\.key) }))
+            #expect(try b.read { try $0.history("tasks", key: 1) }.last?.kind == .imported)
+            #expect(try b.verify().isConsistent)
+            // Importing again into a store that changed meanwhile restores the briefcase's rows.
+            try b.write { tx in
+                try tx.insert("tasks", ["id": 99, "title": "extra"])
+                try tx.update("tasks", key: 3, ["title": "changed"])
+            }
+            try b.importBriefcase(from: file)
+            #expect(try contents(b).map(\.description) == (try contents(a)).map(\.description))
+        }
+    }
+
+    @Test func aWrongDataVersionIsReportedAndNothingIsImported() throws {
+        try withTemporaryFolder { dir in
+            let file = dir + "/old.briefcase"
+            try source(dir + "/a").exportBriefcase(to: file, dataVersion: "v6")
+            let b = try Store(path: dir + "/b")
+            let e = #expect(throws: StrataError.self) { try b.importBriefcase(from: file, expectingDataVersion: "v7") }
+            #expect(e?.code == .dataVersionMismatch && e?.message.contains("'v6'") == true)
+            #expect(try b.tables.isEmpty)
+        }
+    }
+
+    @Test func aDamagedOrTruncatedBriefcaseImportsNothing() throws {
+        let seed = testSeed("aDamagedBriefcase")
+        var g = SplitMix64(seed: seed)
+        try withTemporaryFolder { dir in
+            let file = dir + "/good.briefcase"
+            try source(dir + "/a").exportBriefcase(to: file)
+            let good = try Data(contentsOf: URL(fileURLWithPath: file))
+            let b = try Store(path: dir + "/b")
+            try b.createTable(tasksSchema)
+            try b.write { try $0.insert("tasks", ["id": 42, "title": "mine"]) }
+            let before = try contents(b)
+            for i in 0..<60 {
+                var bad = good
+                if i % 2 == 0 {
+                    bad = bad.prefix(Int(g.next() % UInt64(good.count)))
+                } else {
+                    let at = Int(g.next() % UInt64(good.count))
+                    bad[at] ^= UInt8(1 + g.next() % 255)
+                }
+                let path = dir + "/bad.briefcase"
+                try bad.write(to: URL(fileURLWithPath: path))
+                let e = #expect(throws: StrataError.self, "case \(i)") { try b.importBriefcase(from: path) }
+                #expect(e?.code == .malformedInput, "case \(i): \(e.map(String.init(describing:)) ?? "-")")
+                #expect(try contents(b) == before, "case \(i) changed the store")
+            }
+        }
+    }
+}
