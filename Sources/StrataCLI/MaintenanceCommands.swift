@@ -15,7 +15,8 @@ struct RebuildCommand: ParsableCommand {
         try reportingErrors {
             let store = try target.open()
             let start = ContinuousClock.now
-            let count = try store.rebuild()
+            let bar = ProgressBar("rebuilding")
+            let count = try store.rebuild(progress: bar.update)
             print("rebuilt from \(count) operations in \(ContinuousClock.now - start)")
         }
     }
@@ -39,7 +40,8 @@ struct VerifyCommand: ParsableCommand {
     func run() throws {
         var consistent = true
         try reportingErrors {
-            let report = try target.open().verify()
+            let bar = ProgressBar("verifying")
+            let report = try target.open().verify(progress: bar.update)
             consistent = report.isConsistent
             if output.json {
                 try printJSON(Report(consistent: report.isConsistent, operations: report.operations, differences: report.differences.map(\.description)))
@@ -88,7 +90,8 @@ struct ReplayCommand: ParsableCommand {
                     }
                 }
             }
-            let replayed = try store.replay(into: destination, through: lsn)
+            let bar = ProgressBar("replaying")
+            let replayed = try store.replay(into: destination, through: lsn, progress: bar.update)
             let count = try replayed.read { try $0.lastLSN }
             print("replayed \(count) operations into \(destination)")
         }

@@ -111,3 +111,23 @@ func describe(_ e: LogEntry) -> String {
     let when = e.timestamp.formatted(.iso8601)
     return "\(e.lsn)  \(when)  \(e.origin == .local ? "local " : "server")  \(e.kind)  \(e.table) \(e.key)\(fields.isEmpty ? "" : ": " + fields.joined(separator: ", "))"
 }
+
+/// A progress bar on standard error, drawn only when standard error is a terminal (so scripts
+/// and logs never see it), at most ten times a second.
+final class ProgressBar {
+    private let label: String
+    private let enabled = isatty(2) == 1
+    private var lastDraw = ContinuousClock.now - .seconds(1)
+
+    init(_ label: String) { self.label = label }
+
+    func update(_ done: Int, _ total: Int) {
+        guard enabled, total > 0, ContinuousClock.now - lastDraw > .milliseconds(100) || done >= total else { return }
+        lastDraw = ContinuousClock.now
+        let width = 30
+        let filled = min(width, done * width / total)
+        let bar = String(repeating: "█", count: filled) + String(repeating: "·", count: width - filled)
+        FileHandle.standardError.write(Data("\r\(label) \(bar) \(done)/\(total)".utf8))
+        if done >= total { FileHandle.standardError.write(Data("\n".utf8)) }
+    }
+}

@@ -90,3 +90,23 @@ import Testing
         }
     }
 }
+
+@Suite struct ProgressTests {
+    @Test func rebuildVerifyAndReplayReportProgressUpToTheLogLength() throws {
+        try withStore { store, path in
+            try store.createTable(tasksSchema)
+            try store.write { tx in for i in 0..<25_000 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) } }
+            for run in ["rebuild", "verify", "replay"] {
+                var reports: [(Int, Int)] = []
+                switch run {
+                case "rebuild": try store.rebuild { reports.append(($0, $1)) }
+                case "verify": _ = try store.verify { reports.append(($0, $1)) }
+                default: try store.replay(into: path + "-replay", through: 20_000) { reports.append(($0, $1)) }
+                }
+                let total = run == "replay" ? 20_000 : 25_000
+                #expect(reports.map(\.0) == [10_000, 20_000] + (total == 25_000 ? [25_000] : [20_000]), "\(run)")
+                #expect(reports.allSatisfy { $0.1 == total }, "\(run)")
+            }
+        }
+    }
+}

@@ -42,12 +42,15 @@ extension Store {
     /// transaction. Returns the number of operations folded.
     ///
     /// - Complexity: O(m log n) for m operations in the log.
+    ///
+    /// `progress`, if given, is called now and then with the operations folded so far and the
+    /// length of the log.
     @discardableResult
-    public func rebuild() throws -> Int {
+    public func rebuild(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Int {
         try write { tx in
             let txn = tx.txn
             try Store.mappingStorageErrors { try views.derived.forEach { try txn.clear($0) } }
-            return try Store.foldLog(from: txn.reader, log: views.log, into: txn, views: views)
+            return try Store.foldLog(from: txn.reader, log: views.log, into: txn, views: views, progress: progress)
         }
     }
 
@@ -55,8 +58,11 @@ extension Store {
     /// views, entry by entry. The live store is only read; writers may go on meanwhile (the
     /// comparison uses one snapshot).
     ///
+    /// `progress`, if given, is called now and then with the operations folded so far and the
+    /// length of the log.
+    ///
     /// - Complexity: O(m log n + v) for m operations and v view entries.
-    public func verify() throws -> VerifyReport {
+    public func verify(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> VerifyReport {
         let scratchPath = FileManager.default.temporaryDirectory.appendingPathComponent("strata-verify-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: scratchPath) }
         var options = EnvironmentOptions()
@@ -68,7 +74,7 @@ extension Store {
             return try env.read { live in
                 let catalog = try currentCatalog(live)
                 let count = try scratch.write { txn in
-                    try Store.foldLog(from: live, log: views.log, into: txn, views: scratchViews)
+                    try Store.foldLog(from: live, log: views.log, into: txn, views: scratchViews, progress: progress)
                 }
                 return try scratch.read { rebuilt in
                     var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
@@ -89,11 +95,17 @@ extension Store {
     /// `txn`; with `copyLog`, also appends each operation to `txn`'s own log.
     static func foldLog(
         from reader: some ReadableTransaction, log: Database, into txn: LMDB.WriteTransaction, views: Views,
-        through: UInt64 = .max, copyLog: Bool = false
+        through: UInt64 = .max, copyLog: Bool = false, progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws(StrataError) -> Int {
         var op = ByteWriter(capacity: 512)
         var row = ByteWriter(capacity: 512)
         var count = 0
+        // The log being folded is `log` (of `reader`), not `views.log`, which may be a scratch store's.
+        let total = progress == nil ? 0 : Int(min(try reader.scan(log) { c in
+            guard let last = try c.last() else { return UInt64(0) }
+            var r = ByteReader(last.key)
+            return try r.bigEndian64()
+        }, through))
         var previous: UInt64 = 0
         try reader.scan(log) { c in
             var e = try c.first()
@@ -120,9 +132,11 @@ extension Store {
                     }
                 }
                 count += 1
+                if let progress, count % 10_000 == 0 { progress(count, total) }
                 e = try c.next()
             }
         }
+        progress?(count, max(total, count))
         return count
     }
 

@@ -12,8 +12,10 @@ extension Store {
     ///
     /// - Throws: ``StrataError`` `io` when `path` already holds a store.
     /// - Complexity: O(m log n) for the m operations replayed.
+    /// `progress`, if given, is called now and then with the operations replayed so far and the
+    /// number to replay.
     @discardableResult
-    public func replay(into path: String, through lsn: UInt64 = .max) throws -> Store {
+    public func replay(into path: String, through lsn: UInt64 = .max, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Store {
         guard !FileManager.default.fileExists(atPath: path + "/data.mdb") else {
             throw StrataError(.io, "'\(path)' already holds a store; replay needs an empty folder")
         }
@@ -30,7 +32,7 @@ extension Store {
                         try txn.setMeta(MetaKey.catalog, Array(catalog), in: target.views)
                     }
                     try txn.setMeta(MetaKey.catalogVersion, try source.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0, in: target.views)
-                    _ = try Store.foldLog(from: source, log: views.log, into: txn, views: target.views, through: lsn, copyLog: true)
+                    _ = try Store.foldLog(from: source, log: views.log, into: txn, views: target.views, through: lsn, copyLog: true, progress: progress)
                 }
             }
         }
