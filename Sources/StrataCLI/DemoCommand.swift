@@ -145,6 +145,15 @@ struct DemoCommand: ParsableCommand {
             return "LSN \(op.lsn) \(op.kind) [\(op.origin)]\(audit): \(fields.isEmpty ? "-" : fields.joined(separator: ", "))"
         })
 
+        // The whole table as it was before the server's delta, rebuilt from the log into a scratch store.
+        let beforeDelta = try store.read { try $0.operations() }.first { $0.origin == .server && $0.kind == .serverChange }!.lsn - 1
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("strata-demo-asof-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let past = try store.replay(into: scratch, through: beforeDelta)
+        say("The tasks table as of LSN \(beforeDelta), just before the server's delta", try past.read { snap in
+            try snap.rows("tasks", includingDeleted: true).map(\.description)
+        })
+
         let folded = try store.rebuild()
         let verified = try store.verify()
         say("Rebuild every table from the log, then verify", [

@@ -42,6 +42,7 @@ func runStrata(_ arguments: [String]) throws -> (status: Int32, out: String, err
             "update tasks 2: notes = \"due Monday\"; notes was \"due Tuesday\"", "delete tasks 3",
             "acknowledged 2 rows; pending now: 0",
             "History of task 1", "revert field", "server change [server] (delta v2)",
+            "as of LSN 14, just before the server's delta", "tasks 3 [deleted]",
             "consistent:", "views equal the log's fold", "Done.",
         ] {
             #expect(r.out.contains(expected), "demo output lacks \(expected)")
