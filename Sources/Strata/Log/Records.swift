@@ -1,3 +1,5 @@
+import LMDB
+
 /// The binary records of the `log` and `rows` databases.
 ///
 /// Both are built from the same **field entry**:
@@ -209,6 +211,24 @@ enum RowFold {
         }
         let flags = header.flagsAfter
         return dirty > 0 || !flags.intersection([.inserted, .deleted, .conflicted]).isEmpty
+    }
+
+    /// Folds a row's operations, oldest first, from no row: the row state after the last one
+    /// (`nil` when the row is gone) and whether it is pending.
+    static func fold(_ chain: [(lsn: UInt64, record: [UInt8])]) throws(StrataError) -> (state: [UInt8]?, pending: Bool) {
+        var state: [UInt8]? = nil
+        var pending = false
+        var out = ByteWriter(capacity: 256)
+        for (lsn, op) in chain {
+            let result = try withBytes(op) { (o) throws(StrataError) -> Bool? in
+                let header = try OperationHeader(o)
+                guard let s = state else { return try apply(old: nil, op: o, header: header, lsn: lsn, into: &out) }
+                return try withBytes(s) { (old) throws(StrataError) in try apply(old: old, op: o, header: header, lsn: lsn, into: &out) }
+            }
+            state = result == nil ? nil : out.bytes
+            pending = result == true
+        }
+        return (state, pending)
     }
 
     /// Whether a stored row state is pending.

@@ -101,11 +101,7 @@ extension Store {
         var row = ByteWriter(capacity: 512)
         var count = 0
         // The log being folded is `log` (of `reader`), not `views.log`, which may be a scratch store's.
-        let total = progress == nil ? 0 : Int(min(try reader.scan(log) { c in
-            guard let last = try c.last() else { return UInt64(0) }
-            var r = ByteReader(last.key)
-            return try r.bigEndian64()
-        }, through))
+        let total = progress == nil ? 0 : Int(min(try reader.lastLSN(of: log), through))
         var previous: UInt64 = 0
         try reader.scan(log) { c in
             var e = try c.first()
@@ -215,20 +211,7 @@ enum Invariants {
         try Store.asStrataError {
             try txn.reader.forEachInChain(of: target, views: views) { lsn, record in chain.append((lsn, Array(record))) }
         }
-        var state: [UInt8]? = nil
-        var pending = false
-        var out = ByteWriter(capacity: 256)
-        for (lsn, op) in chain.reversed() {
-            let result = try withBytes(op) { (o) throws(StrataError) -> Bool? in
-                let header = try OperationHeader(o)
-                if let s = state {
-                    return try withBytes(s) { (old) throws(StrataError) in try RowFold.apply(old: old, op: o, header: header, lsn: lsn, into: &out) }
-                }
-                return try RowFold.apply(old: nil, op: o, header: header, lsn: lsn, into: &out)
-            }
-            state = result == nil ? nil : out.bytes
-            pending = result == true
-        }
+        let (state, pending) = try RowFold.fold(chain.reversed().map { (lsn: $0.0, record: $0.1) })
         let live = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows).map(Array.init) }
         guard live == state else {
             throw StrataError(.corruptRecord, "invariant: the live row differs from the fold of its \(chain.count) operations")

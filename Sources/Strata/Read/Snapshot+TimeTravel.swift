@@ -16,16 +16,7 @@ extension Snapshot {
         try txn.forEachInChain(of: k.bytes, views: views) { l, record in
             if l <= lsn { chain.append((l, Array(record))) }
         }
-        var state: [UInt8]? = nil
-        var out = ByteWriter(capacity: 256)
-        for (l, op) in chain.reversed() {
-            let result = try withBytes(op) { (o) throws(StrataError) -> Bool? in
-                let header = try OperationHeader(o)
-                guard let s = state else { return try RowFold.apply(old: nil, op: o, header: header, lsn: l, into: &out) }
-                return try withBytes(s) { (old) throws(StrataError) in try RowFold.apply(old: old, op: o, header: header, lsn: l, into: &out) }
-            }
-            state = result == nil ? nil : out.bytes
-        }
+        let state = try RowFold.fold(chain.reversed().map { (lsn: $0.0, record: $0.1) }).state
         guard let state else { return nil }
         let row = try withBytes(state) { (record) throws(StrataError) in
             try k.withUnsafeBytes { (kb) throws(StrataError) in try Row(table: t, rowsKey: kb, record: record) }

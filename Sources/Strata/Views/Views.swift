@@ -94,7 +94,12 @@ extension ReadableTransaction {
 
     /// The LSN of the last operation in the log, 0 when the log is empty.
     func lastLSN(in views: Views) throws(StrataError) -> UInt64 {
-        try scan(views.log) { c in
+        try lastLSN(of: views.log)
+    }
+
+    /// The last LSN of the log database `log`, 0 when it is empty.
+    func lastLSN(of log: Database) throws(StrataError) -> UInt64 {
+        try scan(log) { c in
             guard let last = try c.last() else { return 0 }
             var r = ByteReader(last.key)
             return try r.bigEndian64()
