@@ -130,3 +130,15 @@ enum KeyCodec {
 
 /// `"user-\(id)"` is a single string key.
 extension RowKey: ExpressibleByStringInterpolation {}
+
+extension RowKey: Codable {
+    /// A key is encoded as the array of its values.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(values)
+    }
+
+    public init(from decoder: any Decoder) throws {
+        self.init(try decoder.singleValueContainer().decode([Value].self))
+    }
+}

@@ -105,15 +105,3 @@ public struct ServerRow: Sendable, Codable, Hashable {
         try c.encodeIfPresent(timestamp?.timeIntervalSince1970, forKey: .timestamp)
     }
 }
-
-extension RowKey: Codable {
-    /// A key is encoded as the array of its values.
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.singleValueContainer()
-        try c.encode(values)
-    }
-
-    public init(from decoder: any Decoder) throws {
-        self.init(try decoder.singleValueContainer().decode([Value].self))
-    }
-}

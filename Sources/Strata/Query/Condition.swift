@@ -1,0 +1,85 @@
+/// A condition on a row's fields, for queries and named views.
+///
+/// ```swift
+/// let due: Condition = .and([.equals("done", false), .lessThan("priority", 3), .isNotNull("notes")])
+/// ```
+public indirect enum Condition: Sendable, Hashable, Codable {
+    case equals(String, Value)
+    case notEquals(String, Value)
+    case lessThan(String, Value)
+    case lessOrEqual(String, Value)
+    case greaterThan(String, Value)
+    case greaterOrEqual(String, Value)
+    /// `low ≤ field ≤ high`.
+    case between(String, Value, Value)
+    case isIn(String, [Value])
+    case isNull(String)
+    case isNotNull(String)
+    case and([Condition])
+    case or([Condition])
+    case not(Condition)
+
+    /// Whether `row` satisfies the condition. Comparisons use ``Value/order(_:_:)``; a null field
+    /// satisfies only `isNull`, `notEquals` a non-null value, and `equals(null)`.
+    public func matches(_ row: Row) -> Bool {
+        switch self {
+        case .equals(let f, let v): return Value.order(row[f], v) == 0
+        case .notEquals(let f, let v): return Value.order(row[f], v) != 0
+        case .lessThan(let f, let v): return !row[f].isNull && Value.order(row[f], v) < 0
+        case .lessOrEqual(let f, let v): return !row[f].isNull && Value.order(row[f], v) <= 0
+        case .greaterThan(let f, let v): return !row[f].isNull && Value.order(row[f], v) > 0
+        case .greaterOrEqual(let f, let v): return !row[f].isNull && Value.order(row[f], v) >= 0
+        case .between(let f, let lo, let hi): return !row[f].isNull && Value.order(row[f], lo) >= 0 && Value.order(row[f], hi) <= 0
+        case .isIn(let f, let vs): return vs.contains { Value.order(row[f], $0) == 0 }
+        case .isNull(let f): return row[f].isNull
+        case .isNotNull(let f): return !row[f].isNull
+        case .and(let ps): return ps.allSatisfy { $0.matches(row) }
+        case .or(let ps): return ps.contains { $0.matches(row) }
+        case .not(let p): return !p.matches(row)
+        }
+    }
+
+    /// The field names the condition reads.
+    var fields: Set<String> {
+        switch self {
+        case .equals(let f, _), .notEquals(let f, _), .lessThan(let f, _), .lessOrEqual(let f, _), .greaterThan(let f, _),
+            .greaterOrEqual(let f, _), .between(let f, _, _), .isIn(let f, _), .isNull(let f), .isNotNull(let f):
+            [f]
+        case .and(let ps), .or(let ps): ps.reduce(into: Set<String>()) { $0.formUnion($1.fields) }
+        case .not(let p): p.fields
+        }
+    }
+}
+
+extension Value {
+    /// A total order over values, the one queries sort by: null first, then booleans, numbers
+    /// (ints and doubles compared by value), strings (by UTF-8 bytes), bytes, timestamps. Returns
+    /// a negative number, zero or a positive number.
+    public static func order(_ a: Value, _ b: Value) -> Int {
+        func rank(_ v: Value) -> Int {
+            switch v {
+            case .null: 0
+            case .bool: 1
+            case .int, .double: 2
+            case .string: 3
+            case .bytes: 4
+            case .timestamp: 5
+            }
+        }
+        let (ra, rb) = (rank(a), rank(b))
+        if ra != rb { return ra < rb ? -1 : 1 }
+        switch (a, b) {
+        case (.null, .null): return 0
+        case (.bool(let x), .bool(let y)): return x == y ? 0 : (x ? 1 : -1)
+        case (.int(let x), .int(let y)): return x == y ? 0 : (x < y ? -1 : 1)
+        case (.string(let x), .string(let y)):
+            return x == y ? 0 : (Array(x.utf8).lexicographicallyPrecedes(y.utf8) ? -1 : 1)
+        case (.bytes(let x), .bytes(let y)): return x == y ? 0 : (x.lexicographicallyPrecedes(y) ? -1 : 1)
+        case (.timestamp(let x), .timestamp(let y)): return x == y ? 0 : (x < y ? -1 : 1)
+        default:
+            // Both are numbers (same rank, and every other pair of equal rank is handled above).
+            let (x, y) = (a.doubleValue ?? 0, b.doubleValue ?? 0)
+            return x == y ? 0 : (x < y ? -1 : 1)
+        }
+    }
+}
