@@ -219,3 +219,81 @@ struct QueryFixture {
         }
     }
 }
+
+@Suite struct IndexTests {
+    @Test func indexedQueriesEqualTheBruteForceAndUseTheIndex() throws {
+        let seed = testSeed("indexedQueries")
+        var g = SplitMix64(seed: seed)
+        try withStore { store, _ in
+            try QueryFixture.fill(store, &g)
+            try store.createIndex("by_priority", on: "tasks", fields: ["priority", "title"])
+            try store.createIndex("by_title", on: "tasks", fields: ["title"])
+            try store.createIndex("by_updated", on: "tasks", fields: ["updated"])
+            // Edits after the index exists are indexed in the same transaction.
+            try store.write { tx in
+                for i in 0..<60 {
+                    let key = RowKey(.int(Int64(g.next() % 300)))
+                    switch g.next() % 3 {
+                    case 0: try? tx.update("tasks", key: key, ["priority": .int(Int64(g.next() % 5)), "title": QueryFixture.titles[Int(g.next() % 5)]])
+                    case 1: try? tx.delete("tasks", key: key)
+                    // Titles longer than an index key holds: indexed by a prefix, re-checked in full.
+                    default: try? tx.insert("tasks", ["id": .int(Int64(1000 + i)), "title": .string(String(repeating: "long", count: 80) + "\(g.next() % 3)"), "priority": 2])
+                    }
+                }
+            }
+            let all = try store.read { try $0.rows("tasks") }
+            var used = 0
+            for i in 0..<400 {
+                var q = QueryFixture.randomQuery(&g)
+                if i % 3 == 0 { q.filter = .and([.between("priority", .int(Int64(g.next() % 3)), .int(Int64(2 + g.next() % 3))), q.filter ?? .isNotNull("id")]) }
+                if i % 4 == 0 { q.orderBy = [.ascending(["priority", "title", "updated"][Int(g.next() % 3)])] }
+                let plan = try store.read { try $0.explain(q) }
+                if plan != "scan" { used += 1 }
+                let got = try store.read { try $0.rows(q) }
+                #expect(got.map(\.key) == QueryFixture.bruteForce(all, q).map(\.key), "query \(i) [\(plan)]: \(q)")
+            }
+            #expect(used > 150, "the indexes were hardly used")
+            #expect(try store.read { try $0.explain(Query("tasks", where: .equals("title", "a"))) } == "index by_title ranges (1)")
+            #expect(try store.read { try $0.explain(Query("tasks", orderBy: [.ascending("updated")])) } == "index by_updated in order")
+            #expect(try store.verify().isConsistent)
+            try store.rebuild()
+            #expect(try store.verify().isConsistent)
+            #expect(try store.read { try $0.rows(Query("tasks", where: .equals("title", "a"))) }.map(\.key) == all.filter { $0["title"] == "a" }.map(\.key))
+        }
+    }
+
+    @Test func aUniqueIndexIsAnAlternateIdAndRefusesDuplicates() throws {
+        try withStore { store, _ in
+            try store.createTable(.fixed("users", fields: [.int("id"), .string("clientID", nullable: true), .string("name")]))
+            try store.write { tx in
+                try tx.insert("users", ["id": 1, "clientID": "c-1", "name": "Ann"])
+                try tx.insert("users", ["id": 2, "clientID": nil, "name": "Bob"])
+                try tx.insert("users", ["id": 3, "clientID": nil, "name": "Cy"])  // nulls never collide
+            }
+            try store.createIndex("by_client", on: "users", fields: ["clientID"], unique: true)
+            #expect(try store.read { try $0.row("users", where: "clientID", equals: "c-1") }?["name"] == "Ann")
+            #expect(try store.read { try $0.row("users", where: "clientID", equals: "nope") } == nil)
+            let before = try store.read { try $0.lastLSN }
+            let e = #expect(throws: StrataError.self) { try store.write { try $0.update("users", key: 2, ["clientID": "c-1"]) } }
+            #expect(e?.code == .duplicateKey && e?.message.contains("by_client") == true)
+            // Caught inside a transaction, the refused edit leaves nothing behind.
+            try store.write { tx in
+                #expect(throws: StrataError.self) { try tx.insert("users", ["id": 4, "clientID": "c-1", "name": "Dup"]) }
+                try tx.update("users", key: 1, ["clientID": "c-9"])
+                try tx.update("users", key: 2, ["clientID": "c-1"])  // now free
+            }
+            #expect(try store.read { try $0.lastLSN } == before + 2)
+            #expect(try store.read { try $0.row("users", where: "clientID", equals: "c-1") }?.key == 2)
+            #expect(try store.verify().isConsistent)
+            try store.write { try $0.insert("users", ["id": 5, "clientID": "c-5", "name": "Eve"]) }
+            try store.createIndex("by_client_name", on: "users", fields: ["clientID", "name"], unique: true)
+            let dup = #expect(throws: StrataError.self) { try store.write { try $0.insert("users", ["id": 6, "clientID": "c-5", "name": "Eve"]) } }
+            #expect(dup?.code == .duplicateKey)
+            // A unique index over rows that already repeat a value cannot be declared.
+            try store.write { try $0.insert("users", ["id": 7, "clientID": "x", "name": "Ann"]) }
+            let repeated = #expect(throws: StrataError.self) { try store.createIndex("names", on: "users", fields: ["name"], unique: true) }
+            #expect(repeated?.code == .duplicateKey && repeated?.message.contains("Ann") == true)
+            #expect(try store.read { try $0.indexes("users").map(\.name) } == ["by_client", "by_client_name"])
+        }
+    }
+}

@@ -50,7 +50,7 @@ extension Store {
         try write { tx in
             let txn = tx.txn
             try Store.mappingStorageErrors { try views.derived.forEach { try txn.clear($0) } }
-            return try Store.foldLog(from: txn.reader, log: views.log, into: txn, views: views, progress: progress)
+            return try Store.foldLog(from: txn.reader, log: views.log, into: txn, views: views, catalog: tx.catalog, progress: progress)
         }
     }
 
@@ -74,13 +74,13 @@ extension Store {
             return try env.read { live in
                 let catalog = try currentCatalog(live)
                 let count = try scratch.write { txn in
-                    try Store.foldLog(from: live, log: views.log, into: txn, views: scratchViews, progress: progress)
+                    try Store.foldLog(from: live, log: views.log, into: txn, views: scratchViews, catalog: catalog, progress: progress)
                 }
                 return try scratch.read { rebuilt in
                     var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
                     var rebuiltSums = liveSums
                     var differences: [VerifyReport.Difference] = []
-                    for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("gone", views.gone, scratchViews.gone)] {
+                    for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("gone", views.gone, scratchViews.gone), ("index", views.index, scratchViews.index)] {
                         let (l, r) = try compare(name, live, a, rebuilt, b, catalog: catalog, into: &differences)
                         liveSums[name] = l
                         rebuiltSums[name] = r
@@ -94,7 +94,7 @@ extension Store {
     /// Folds every operation of `log` (read through `reader`) up to LSN `through` into the views of
     /// `txn`; with `copyLog`, also appends each operation to `txn`'s own log.
     static func foldLog(
-        from reader: some ReadableTransaction, log: Database, into txn: LMDB.WriteTransaction, views: Views,
+        from reader: some ReadableTransaction, log: Database, into txn: LMDB.WriteTransaction, views: Views, catalog: Catalog,
         through: UInt64 = .max, copyLog: Bool = false, progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws(StrataError) -> Int {
         var op = ByteWriter(capacity: 512)
@@ -119,7 +119,7 @@ extension Store {
                     let header = try OperationHeader(o)
                     let target = UnsafeRawBufferPointer(rebasing: o[header.target])
                     let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows) }
-                    try views.apply(operation: o, header: header, lsn: lsn, old: old, in: txn, scratch: &row)
+                    try views.apply(operation: o, header: header, lsn: lsn, old: old, table: try catalog.table(id: header.tableID(in: o)), in: txn, scratch: &row)
                     if copyLog {
                         try lmdb { () throws(LMDBError) in
                             var k = lsn.bigEndian

@@ -32,7 +32,7 @@ extension Store {
                         try txn.setMeta(MetaKey.catalog, Array(catalog), in: target.views)
                     }
                     try txn.setMeta(MetaKey.catalogVersion, try source.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0, in: target.views)
-                    _ = try Store.foldLog(from: source, log: views.log, into: txn, views: target.views, through: lsn, copyLog: true, progress: progress)
+                    _ = try Store.foldLog(from: source, log: views.log, into: txn, views: target.views, catalog: try currentCatalog(source), through: lsn, copyLog: true, progress: progress)
                 }
             }
         }

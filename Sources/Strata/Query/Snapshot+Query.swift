@@ -1,3 +1,5 @@
+import LMDB
+
 extension Snapshot {
     /// The rows of a query: those matching its condition, in its order, up to its limit.
     ///
@@ -72,13 +74,197 @@ extension Snapshot {
 
     func sortedMatches(_ query: Query) throws -> [Row] {
         try validate(query)
-        var rows: [Row] = []
-        try forEachRow(query.table) { row in
-            if query.filter?.matches(row) ?? true { rows.append(row) }
-            return true
+        let t = try catalog.table(named: query.table)
+        switch plan(query, t) {
+        case .indexOrder(let index):
+            return try inIndexOrder(query, t, index)
+        case .indexRanges(let index, let ranges):
+            var rows = try candidates(t, index, ranges).filter { query.filter?.matches($0) ?? true }
+            if !query.orderBy.isEmpty { rows = sorted(rows, query) }
+            return rows
+        case .scan:
+            var rows: [Row] = []
+            try forEachRow(query.table) { row in
+                if query.filter?.matches(row) ?? true { rows.append(row) }
+                return true
+            }
+            return query.orderBy.isEmpty ? rows : sorted(rows, query)  // a scan is in key order
         }
-        if query.orderBy.isEmpty { return rows }  // already in key order
-        let keyed = rows.map { (sortValues($0, query), $0) }
-        return keyed.sorted { Self.compare(query, $0.0, $0.1.key, $1.0, $1.1.key) < 0 }.map(\.1)
+    }
+
+    func sorted(_ rows: [Row], _ query: Query) -> [Row] {
+        rows.map { (sortValues($0, query), $0) }.sorted { Self.compare(query, $0.0, $0.1.key, $1.0, $1.1.key) < 0 }.map(\.1)
+    }
+
+    // MARK: Plans
+
+    /// How a query reads its rows.
+    enum Plan {
+        /// Walk an index whose first field is the (single, ascending) sort field.
+        case indexOrder(IndexInfo)
+        /// Read the rows of some ranges of an index, then filter and sort.
+        case indexRanges(IndexInfo, [(low: [UInt8], high: [UInt8])])
+        /// Read the whole table.
+        case scan
+    }
+
+    /// A description of how the query would be run: `index <name> in order`, `index <name>
+    /// ranges` or `scan`.
+    public func explain(_ query: Query) throws -> String {
+        try validate(query)
+        switch plan(query, try catalog.table(named: query.table)) {
+        case .indexOrder(let i): return "index \(i.name) in order"
+        case .indexRanges(let i, let r): return "index \(i.name) ranges (\(r.count))"
+        case .scan: return "scan"
+        }
+    }
+
+    func plan(_ query: Query, _ t: TableInfo) -> Plan {
+        // Indexes serve only declared (typed) fields: their order then matches the query order.
+        guard !t.isPropertyBag, !t.indexes.isEmpty else { return .scan }
+        let conjuncts: [Condition] = switch query.filter {
+        case .and(let ps)?: ps
+        case let p?: [p]
+        case nil: []
+        }
+        for c in conjuncts {
+            for index in t.indexes {
+                if let ranges = self.ranges(c, index, t) { return .indexRanges(index, ranges) }
+            }
+        }
+        if query.orderBy.count == 1, !query.orderBy[0].descending, let id = t.fieldIDs[query.orderBy[0].field],
+            let index = t.indexes.first(where: { $0.fieldIDs.first == id })
+        {
+            return .indexOrder(index)
+        }
+        return .scan
+    }
+
+    /// The index key ranges holding every row a condition can match, or `nil` when the condition
+    /// does not bound the index's first field.
+    func ranges(_ c: Condition, _ index: IndexInfo, _ t: TableInfo) -> [(low: [UInt8], high: [UInt8])]? {
+        guard let first = index.fieldIDs.first, let def = t.definitions[first] else { return nil }
+        func bound(_ v: Value) -> [UInt8]? {
+            // A value of another type than the field's cannot be found in this index's order.
+            guard let typed = try? t.coerce(v, FieldDefinition(def.name, def.type, nullable: true)) else { return nil }
+            var w = ByteWriter(capacity: 32)
+            w.appendBigEndian(index.id)
+            IndexKeys.appendBounded(typed, to: &w)
+            return w.bytes
+        }
+        var all = ByteWriter(capacity: 4)
+        all.appendBigEndian(index.id)
+        let (start, end) = (all.bytes, all.bytes)
+        switch c {
+        case .equals(let f, let v) where f == def.name:
+            return bound(v).map { [($0, $0)] }
+        case .isIn(let f, let vs) where f == def.name:
+            let bounds = vs.compactMap(bound)
+            return bounds.count == vs.count ? bounds.map { ($0, $0) } : nil
+        case .between(let f, let lo, let hi) where f == def.name:
+            guard let l = bound(lo), let h = bound(hi) else { return nil }
+            return [(l, h)]
+        case .lessThan(let f, let v) where f == def.name, .lessOrEqual(let f, let v) where f == def.name:
+            return bound(v).map { [(start, $0)] }
+        case .greaterThan(let f, let v) where f == def.name, .greaterOrEqual(let f, let v) where f == def.name:
+            return bound(v).map { [($0, end)] }
+        default:
+            return nil
+        }
+    }
+
+    /// The rows whose index entries fall in `ranges` (bounds inclusive; an empty-valued high bound
+    /// means "to the end of the index").
+    func candidates(_ t: TableInfo, _ index: IndexInfo, _ ranges: [(low: [UInt8], high: [UInt8])]) throws -> [Row] {
+        var keys: [[UInt8]] = []
+        var seen = Set<[UInt8]>()
+        try txn.scan(views.index) { c in
+            for (low, high) in ranges {
+                var e = try c.seek(atLeast: low)
+                let openEnd = high.count == 4
+                while let entry = e, entry.key.starts(with: high.prefix(4)) {
+                    if !openEnd {
+                        let head = entry.key.prefix(high.count)
+                        if !(head.elementsEqual(high) || head.lexicographicallyPrecedes(high)) { break }
+                    }
+                    // The row key follows the value part; rebuild the `rows` key from it.
+                    var w = ByteWriter(capacity: 32)
+                    w.appendBigEndian(t.id)
+                    w.append(UnsafeRawBufferPointer(rebasing: entry.key[try rowKeyStart(entry.key, index)...]))
+                    if seen.insert(w.bytes).inserted { keys.append(w.bytes) }
+                    e = try c.next()
+                }
+            }
+        }
+        keys.sort { $0.lexicographicallyPrecedes($1) }
+        var rows: [Row] = []
+        for k in keys {
+            if let row = try rowAt(k, t), row.status != .deleted { rows.append(row) }
+        }
+        return rows
+    }
+
+    /// Where the row key starts in an index entry: after the id and one key encoding per field.
+    func rowKeyStart(_ entry: UnsafeRawBufferPointer, _ index: IndexInfo) throws(StrataError) -> Int {
+        var r = ByteReader(entry, offset: 4)
+        for _ in index.fieldIDs { _ = try KeyCodec.readComponent(&r) }
+        return r.offset
+    }
+
+    func rowAt(_ rowsKey: [UInt8], _ t: TableInfo) throws(StrataError) -> Row? {
+        try withBytes(rowsKey) { (k) throws(StrataError) -> Row? in
+            guard let record = try lmdb({ () throws(LMDBError) in try txn.get(k, in: views.rows) }) else { return nil }
+            return try Row(table: t, rowsKey: k, record: record)
+        }
+    }
+
+    /// Walks an index in order. Entries with equal indexed prefixes (equal values, or long
+    /// values cut to the same prefix) form a run, re-sorted by the query's full order.
+    func inIndexOrder(_ query: Query, _ t: TableInfo, _ index: IndexInfo) throws -> [Row] {
+        var result: [Row] = []
+        var run: [Row] = []
+        var runValues: [UInt8] = []
+        func closeRun() {
+            result += sorted(run, query)
+            run.removeAll()
+        }
+        var prefix = ByteWriter(capacity: 4)
+        prefix.appendBigEndian(index.id)
+        try txn.scan(views.index) { c in
+            var e = try c.seek(atLeast: prefix.bytes)
+            while let entry = e, entry.key.starts(with: prefix.bytes) {
+                let split = try rowKeyStart(entry.key, index)
+                // A run is cut on the sort field (the index's first) alone: rows equal in it are
+                // ordered by primary key, whatever the index's other fields hold.
+                var r = ByteReader(entry.key, offset: 4)
+                _ = try KeyCodec.readComponent(&r)
+                let values = Array(entry.key[..<r.offset])
+                if values != runValues {
+                    closeRun()
+                    if let limit = query.limit, result.count >= limit { return }
+                    runValues = values
+                }
+                var w = ByteWriter(capacity: 32)
+                w.appendBigEndian(t.id)
+                w.append(UnsafeRawBufferPointer(rebasing: entry.key[split...]))
+                if let row = try rowAt(w.bytes, t), row.status != .deleted, query.filter?.matches(row) ?? true {
+                    run.append(row)
+                }
+                e = try c.next()
+            }
+        }
+        closeRun()
+        return result
+    }
+}
+
+extension Snapshot {
+    /// The row of `table` whose `field` equals `value` — a lookup by an alternate id, such as a
+    /// client-generated id beside the server's key. With a (unique) index on the field this is
+    /// an index lookup, otherwise a scan; with several matches, the first in key order.
+    ///
+    /// - Complexity: O(log n) with an index on `field`, O(n) without.
+    public func row(_ table: String, where field: String, equals value: Value) throws -> Row? {
+        try rows(Query(table, where: .equals(field, value), limit: 1)).first
     }
 }

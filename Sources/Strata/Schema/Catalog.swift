@@ -12,6 +12,8 @@ struct TableInfo: Sendable {
     var definitions: [FieldDefinition?]
     /// Field ids of the primary key, in key order.
     var keyFieldIDs: [Int]
+    /// The table's secondary indexes.
+    var indexes: [IndexInfo] = []
 
     init(id: UInt32, schema: TableSchema, fieldNames: [String]) {
         self.id = id
@@ -48,6 +50,7 @@ struct TableInfo: Sendable {
 struct Catalog: Sendable {
     var version: UInt64 = 0
     var nextTableID: UInt32 = 1
+    var nextIndexID: UInt32 = 1
     var tables: [UInt32: TableInfo] = [:]
     var tableIDs: [String: UInt32] = [:]
 
@@ -79,15 +82,18 @@ struct Catalog: Sendable {
             var id: UInt32
             var schema: TableSchema
             var fieldNames: [String]
+            var indexes: [IndexInfo]?
         }
         var nextTableID: UInt32
+        var nextIndexID: UInt32?
         var tables: [Table]
     }
 
     func encoded() throws -> [UInt8] {
         let stored = Stored(
             nextTableID: nextTableID,
-            tables: tables.values.sorted { $0.id < $1.id }.map { .init(id: $0.id, schema: $0.schema, fieldNames: $0.fieldNames) }
+            nextIndexID: nextIndexID,
+            tables: tables.values.sorted { $0.id < $1.id }.map { .init(id: $0.id, schema: $0.schema, fieldNames: $0.fieldNames, indexes: $0.indexes) }
         )
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
@@ -105,8 +111,10 @@ struct Catalog: Sendable {
         }
         self.version = version
         self.nextTableID = stored.nextTableID
+        self.nextIndexID = stored.nextIndexID ?? 1
         for t in stored.tables {
-            let info = TableInfo(id: t.id, schema: t.schema, fieldNames: t.fieldNames)
+            var info = TableInfo(id: t.id, schema: t.schema, fieldNames: t.fieldNames)
+            info.indexes = t.indexes ?? []
             tables[t.id] = info
             tableIDs[t.schema.name] = t.id
         }

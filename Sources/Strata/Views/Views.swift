@@ -8,6 +8,7 @@ import LMDB
 /// | `rows` | table id (4 bytes BE) + row key | row state record |
 /// | `pending` | table id + row key | LSN that made the row pending (8 bytes BE) |
 /// | `gone` | table id + row key | LSN of the operation that removed the row (8 bytes BE) |
+/// | `index` | index id + indexed values + row key | empty (see `Index.swift`) |
 /// | `meta` | ASCII name | store metadata (format, catalog, counters, client id) |
 struct Views: Sendable {
     let log: Database
@@ -16,9 +17,11 @@ struct Views: Sendable {
     /// The last LSN of rows that no longer exist, so that their history (a chain through the
     /// log that starts at a row's last LSN) stays reachable and continues if the key comes back.
     let gone: Database
+    /// Every secondary index.
+    let index: Database
     let meta: Database
 
-    static let names = (log: "log", rows: "rows", pending: "pending", gone: "gone", meta: "meta")
+    static let names = (log: "log", rows: "rows", pending: "pending", gone: "gone", index: "index", meta: "meta")
 
     static func open(_ txn: LMDB.WriteTransaction) throws(LMDBError) -> Views {
         Views(
@@ -26,14 +29,15 @@ struct Views: Sendable {
             rows: try txn.openDatabase(names.rows),
             pending: try txn.openDatabase(names.pending),
             gone: try txn.openDatabase(names.gone),
+            index: try txn.openDatabase(names.index),
             meta: try txn.openDatabase(names.meta)
         )
     }
 
     /// The databases derived from the log, which ``Store/rebuild()`` drops and refills.
-    var derived: [Database] { [rows, pending, gone] }
+    var derived: [Database] { [rows, pending, gone, index] }
 
-    /// Folds one operation into `rows`, `pending` and `gone`.
+    /// Folds one operation into `rows`, `pending`, `gone` and the table's indexes.
     ///
     /// `old` is the row's current state (or `nil`); it is read completely before the first write,
     /// since a write may invalidate memory lent by LMDB. `scratch` is a reusable buffer.
@@ -41,7 +45,7 @@ struct Views: Sendable {
     /// - Complexity: O(log n) per database touched, plus the size of the row.
     func apply(
         operation op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64, old: UnsafeRawBufferPointer?,
-        in txn: LMDB.WriteTransaction, scratch: inout ByteWriter
+        table: TableInfo, in txn: LMDB.WriteTransaction, scratch: inout ByteWriter
     ) throws(StrataError) {
         var wasPending = false
         if let old {
@@ -54,6 +58,13 @@ struct Views: Sendable {
         }
         let isPending = try RowFold.apply(old: old, op: op, header: header, lsn: lsn, into: &scratch)
         let target = UnsafeRawBufferPointer(rebasing: op[header.target])
+        // Before any row is written: a unique index may still refuse the change.
+        if !table.indexes.isEmpty {
+            let newRow = isPending == nil ? nil : scratch.bytes
+            try withBytes(newRow ?? []) { (n) throws(StrataError) in
+                try updateIndexes(table, target: target, old: old, new: newRow == nil ? nil : n, in: txn)
+            }
+        }
         try lmdb { () throws(LMDBError) in
             var lsnBE = lsn.bigEndian
             if isPending == nil {

@@ -13,7 +13,7 @@ public final class Transaction {
     let store: Store
     let txn: LMDB.WriteTransaction
     let views: Views
-    private(set) var catalog: Catalog
+    var catalog: Catalog
     private(set) var catalogChanged = false
     private let baseCatalogVersion: UInt64
     private var nextLSN: UInt64
@@ -48,6 +48,9 @@ public final class Transaction {
     }
 
     func close() { isOpen = false }
+
+    /// Marks the catalog as changed, to be stored at commit.
+    func markCatalogChanged() { catalogChanged = true }
 
     @inline(__always)
     private func checkOpen() {
@@ -298,7 +301,7 @@ public final class Transaction {
         }
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
             let header = try OperationHeader(op)
-            try views.apply(operation: op, header: header, lsn: lsn, old: old, in: txn, scratch: &rowBuf)
+            try views.apply(operation: op, header: header, lsn: lsn, old: old, table: t, in: txn, scratch: &rowBuf)
             try lmdb { () throws(LMDBError) in
                 var k = lsn.bigEndian
                 try withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try txn.put(kb, op, in: views.log, flags: .append) }

@@ -1,0 +1,73 @@
+import LMDB
+
+extension Transaction {
+    /// Declares a secondary index on `fields` of `table` and builds it from the table's rows, in
+    /// this transaction. Queries filtering or sorting on the first field then scan the index
+    /// instead of the table. A `unique` index also refuses any edit that would give two rows the
+    /// same values (rows with a null in those fields excepted) — use one for an alternate id.
+    ///
+    /// Declaring an index identical to an existing one does nothing.
+    ///
+    /// - Throws: ``StrataError`` `fieldNotFound`, `invalidSchema` (no fields, a name used by
+    ///   another index), `duplicateKey` (a unique index over rows that already repeat a value).
+    /// - Complexity: O(n log n) for the n rows of the table.
+    public func createIndex(_ name: String, on table: String, fields: [String], unique: Bool = false) throws {
+        var t = try catalog.table(named: table)
+        guard !name.isEmpty, !fields.isEmpty, Set(fields).count == fields.count else {
+            throw StrataError(.invalidSchema, "an index needs a name and distinct fields")
+        }
+        var ids: [Int] = []
+        for f in fields {
+            if let id = t.fieldIDs[f] {
+                ids.append(id)
+            } else if t.isPropertyBag {
+                ids.append(t.addField(f))
+            } else {
+                throw StrataError(.fieldNotFound, "table '\(table)' has no field '\(f)' to index")
+            }
+        }
+        if let existing = t.indexes.first(where: { $0.name == name }) {
+            guard existing.fieldIDs == ids && existing.unique == unique else {
+                throw StrataError(.invalidSchema, "table '\(table)' has an index '\(name)' with another definition")
+            }
+            return
+        }
+        let index = IndexInfo(id: catalog.nextIndexID, name: name, fieldIDs: ids, unique: unique)
+        // Build every entry (and check uniqueness) before writing any.
+        var entries: [[UInt8]] = []
+        var seen: [[Value]: RowKey] = [:]
+        try snapshot.scanTable(t, in: views.rows) { k, record in
+            let values = try IndexKeys.values(index, table: t, target: k, record: record)
+            if unique && !values.contains(where: \.isNull) {
+                let key = try t.decodeKey(k)
+                if let other = seen.updateValue(key, forKey: values) {
+                    throw StrataError(.duplicateKey, "index '\(name)' cannot be unique: rows \(other) and \(key) of table '\(table)' both hold \(values.map(\.description).joined(separator: ", "))")
+                }
+            }
+            entries.append(IndexKeys.prefix(index, values) + Array(k[4...]))
+            return true
+        }
+        try lmdb { () throws(LMDBError) in
+            for e in entries { try txn.put(e, [], in: views.index) }
+        }
+        t.indexes.append(index)
+        catalog.tables[t.id] = t
+        catalog.nextIndexID += 1
+        markCatalogChanged()
+    }
+}
+
+extension Store {
+    /// Declares (and builds) a secondary index; see ``Transaction/createIndex(_:on:fields:unique:)``.
+    public func createIndex(_ name: String, on table: String, fields: [String], unique: Bool = false) throws {
+        try write { try $0.createIndex(name, on: table, fields: fields, unique: unique) }
+    }
+}
+
+extension Snapshot {
+    /// The indexes declared on `table`.
+    public func indexes(_ table: String) throws -> [IndexDefinition] {
+        let t = try catalog.table(named: table)
+        return t.indexes.map { IndexDefinition(name: $0.name, table: table, fields: $0.fieldIDs.map(t.fieldName), unique: $0.unique) }
+    }
+}
