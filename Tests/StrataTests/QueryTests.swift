@@ -297,3 +297,70 @@ struct QueryFixture {
         }
     }
 }
+
+@Suite struct NamedViewTests {
+    @Test func viewsStayEqualToTheirQueryThroughEditsAndRebuild() throws {
+        let seed = testSeed("viewsStayEqual")
+        var g = SplitMix64(seed: seed)
+        try withStore { store, _ in
+            try QueryFixture.fill(store, &g, rows: 120)
+            let definitions: [(String, Query)] = [
+                ("open", Query("tasks", where: .equals("done", false), orderBy: [.ascending("priority"), .descending("title")])),
+                ("recent", Query("tasks", where: .isNotNull("updated"), orderBy: [.descending("updated")])),
+                ("everything", Query("tasks")),
+                ("by title", Query("tasks", where: .or([.lessThan("priority", 2), .isNull("notes")]), orderBy: [.ascending("title")])),
+            ]
+            for (name, q) in definitions { try store.createView(name, q) }
+            func check(_ context: String) throws {
+                for (name, q) in definitions {
+                    let view = try store.read { try $0.rows(view: name) }.map(\.key)
+                    let fresh = try store.read { try $0.rows(q) }.map(\.key)
+                    #expect(view == fresh, "\(context): view '\(name)'")
+                    var paged: [RowKey] = []
+                    var token: PageToken? = nil
+                    repeat {
+                        let page = try store.read { try $0.page(view: name, size: 1 + Int(g.next() % 13), after: token) }
+                        paged += page.rows.map(\.key)
+                        token = page.next
+                    } while token != nil
+                    #expect(paged == fresh, "\(context): pages of view '\(name)'")
+                }
+            }
+            try check("after definition")
+            for round in 0..<12 {
+                try store.write { tx in
+                    for i in 0..<15 {
+                        let key = RowKey(.int(Int64(g.next() % 140)))
+                        switch g.next() % 5 {
+                        case 0: try? tx.insert("tasks", ["id": key.values[0], "title": .string(String(repeating: "x", count: 210) + "\(g.next() % 3)"), "priority": .int(Int64(g.next() % 5))])
+                        case 1: try? tx.update("tasks", key: key, ["done": .bool(g.next() % 2 == 0), "priority": .int(Int64(g.next() % 5))])
+                        case 2: try? tx.update("tasks", key: key, ["updated": g.next() % 3 == 0 ? .null : .double(Double(i)), "notes": QueryFixture.titles[Int(g.next() % 6)]])
+                        case 3: try? tx.delete("tasks", key: key)
+                        default: try? tx.acknowledge("tasks", key: key)
+                        }
+                    }
+                }
+                try check("after round \(round)")
+            }
+            #expect(try store.verify().isConsistent)
+            try store.rebuild()
+            try check("after rebuild")
+            #expect(try store.read { $0.namedViews.map(\.name) } == definitions.map(\.0))
+        }
+    }
+
+    @Test func badViewDefinitionsAreRefused() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.createView("open", Query("tasks", where: .equals("done", false)))
+            try store.createView("open", Query("tasks", where: .equals("done", false)))  // identical: nothing happens
+            let other = #expect(throws: StrataError.self) { try store.createView("open", Query("tasks")) }
+            #expect(other?.code == .invalidSchema)
+            let limited = #expect(throws: StrataError.self) { try store.createView("top", Query("tasks", limit: 5)) }
+            #expect(limited?.code == .invalidSchema)
+            let unknown = #expect(throws: StrataError.self) { try store.createView("bad", Query("tasks", orderBy: [.ascending("colour")])) }
+            #expect(unknown?.code == .fieldNotFound)
+            #expect(throws: StrataError.self) { try store.read { try $0.page(view: "nope", size: 5) } }
+        }
+    }
+}

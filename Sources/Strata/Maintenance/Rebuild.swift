@@ -80,7 +80,7 @@ extension Store {
                     var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
                     var rebuiltSums = liveSums
                     var differences: [VerifyReport.Difference] = []
-                    for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("gone", views.gone, scratchViews.gone), ("index", views.index, scratchViews.index)] {
+                    for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("gone", views.gone, scratchViews.gone), ("index", views.index, scratchViews.index), ("view", views.view, scratchViews.view)] {
                         let (l, r) = try compare(name, live, a, rebuilt, b, catalog: catalog, into: &differences)
                         liveSums[name] = l
                         rebuiltSums[name] = r

@@ -14,6 +14,8 @@ struct TableInfo: Sendable {
     var keyFieldIDs: [Int]
     /// The table's secondary indexes.
     var indexes: [IndexInfo] = []
+    /// The named views over the table.
+    var views: [ViewInfo] = []
 
     init(id: UInt32, schema: TableSchema, fieldNames: [String]) {
         self.id = id
@@ -83,6 +85,7 @@ struct Catalog: Sendable {
             var schema: TableSchema
             var fieldNames: [String]
             var indexes: [IndexInfo]?
+            var views: [ViewInfo]?
         }
         var nextTableID: UInt32
         var nextIndexID: UInt32?
@@ -93,7 +96,7 @@ struct Catalog: Sendable {
         let stored = Stored(
             nextTableID: nextTableID,
             nextIndexID: nextIndexID,
-            tables: tables.values.sorted { $0.id < $1.id }.map { .init(id: $0.id, schema: $0.schema, fieldNames: $0.fieldNames, indexes: $0.indexes) }
+            tables: tables.values.sorted { $0.id < $1.id }.map { .init(id: $0.id, schema: $0.schema, fieldNames: $0.fieldNames, indexes: $0.indexes, views: $0.views) }
         )
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
@@ -115,6 +118,7 @@ struct Catalog: Sendable {
         for t in stored.tables {
             var info = TableInfo(id: t.id, schema: t.schema, fieldNames: t.fieldNames)
             info.indexes = t.indexes ?? []
+            info.views = t.views ?? []
             tables[t.id] = info
             tableIDs[t.schema.name] = t.id
         }

@@ -9,6 +9,7 @@ import LMDB
 /// | `pending` | table id + row key | LSN that made the row pending (8 bytes BE) |
 /// | `gone` | table id + row key | LSN of the operation that removed the row (8 bytes BE) |
 /// | `index` | index id + indexed values + row key | empty (see `Index.swift`) |
+/// | `view` | view id + sort values + row key | row key (see `NamedView.swift`) |
 /// | `meta` | ASCII name | store metadata (format, catalog, counters, client id) |
 struct Views: Sendable {
     let log: Database
@@ -19,9 +20,11 @@ struct Views: Sendable {
     let gone: Database
     /// Every secondary index.
     let index: Database
+    /// Every named view's rows.
+    let view: Database
     let meta: Database
 
-    static let names = (log: "log", rows: "rows", pending: "pending", gone: "gone", index: "index", meta: "meta")
+    static let names = (log: "log", rows: "rows", pending: "pending", gone: "gone", index: "index", view: "view", meta: "meta")
 
     static func open(_ txn: LMDB.WriteTransaction) throws(LMDBError) -> Views {
         Views(
@@ -30,12 +33,13 @@ struct Views: Sendable {
             pending: try txn.openDatabase(names.pending),
             gone: try txn.openDatabase(names.gone),
             index: try txn.openDatabase(names.index),
+            view: try txn.openDatabase(names.view),
             meta: try txn.openDatabase(names.meta)
         )
     }
 
     /// The databases derived from the log, which ``Store/rebuild()`` drops and refills.
-    var derived: [Database] { [rows, pending, gone, index] }
+    var derived: [Database] { [rows, pending, gone, index, view] }
 
     /// Folds one operation into `rows`, `pending`, `gone` and the table's indexes.
     ///
@@ -59,10 +63,11 @@ struct Views: Sendable {
         let isPending = try RowFold.apply(old: old, op: op, header: header, lsn: lsn, into: &scratch)
         let target = UnsafeRawBufferPointer(rebasing: op[header.target])
         // Before any row is written: a unique index may still refuse the change.
-        if !table.indexes.isEmpty {
+        if !table.indexes.isEmpty || !table.views.isEmpty {
             let newRow = isPending == nil ? nil : scratch.bytes
             try withBytes(newRow ?? []) { (n) throws(StrataError) in
                 try updateIndexes(table, target: target, old: old, new: newRow == nil ? nil : n, in: txn)
+                try updateViews(table, target: target, old: old, new: newRow == nil ? nil : n, in: txn)
             }
         }
         try lmdb { () throws(LMDBError) in
