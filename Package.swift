@@ -41,11 +41,13 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // Writes until killed; the crash tests run it and SIGKILL it at random moments.
+        .executableTarget(name: "strata-crash-helper", dependencies: ["Strata", "StrataSync"], path: "Tests/CrashHelper"),
         .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
         .testTarget(name: "StrataTests", dependencies: ["Strata", "LMDB", "StrataWorkload"]),
         .testTarget(name: "StrataSyncTests", dependencies: ["StrataSync", "Strata", "StrataWorkload"]),
         // Runs the built `strata` executable; the dependency makes `swift test` build it first.
-        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "Strata", "StrataSync", "LMDB"]),
+        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "strata-crash-helper", "Strata", "StrataSync", "LMDB"]),
     ]
 )
 

@@ -1,6 +1,7 @@
 import Foundation
 import Strata
 import StrataSync
+import StrataWorkload
 import Testing
 
 @Suite struct WireFormatTests {
@@ -52,5 +53,37 @@ import Testing
         for cut in stride(from: 1, to: data.count - 2, by: 11) {
             #expect(throws: StrataError.self) { try WireFormat.decode(Batch.self, from: data.prefix(cut)) }
         }
+    }
+}
+
+@Suite struct WireFuzzTests {
+    /// Mutated payloads either decode or throw a `StrataError`; none crashes the process.
+    @Test func mutatedPayloadsNeverCrash() throws {
+        var g = SplitMix64(seed: testSeed("mutatedPayloads"))
+        let examples = try ["delta.json", "batch.json", "ack.json"].map { Array(try WireFormatTests.example($0)) }
+        var refused = 0
+        for i in 0..<6000 {
+            var b = examples[i % 3]
+            let noise = Array("{}[]\":,0-9ex\\".utf8)
+            for _ in 0..<(1 + g.next() % 3) where !b.isEmpty {
+                let at = Int(g.next() % UInt64(b.count))
+                switch g.next() % 3 {
+                case 0: b[at] = noise[Int(g.next() % UInt64(noise.count))]
+                case 1: b.remove(at: at)
+                default: b = Array(b.prefix(at))
+                }
+            }
+            do {
+                switch i % 3 {
+                case 0: _ = try WireFormat.decode(ServerDelta.self, from: Data(b))
+                case 1: _ = try WireFormat.decode(Batch.self, from: Data(b))
+                default: _ = try WireFormat.decode(BatchAck.self, from: Data(b))
+                }
+            } catch {
+                #expect(error.code == .malformedInput)
+                refused += 1
+            }
+        }
+        #expect(refused > 3000)
     }
 }

@@ -309,3 +309,22 @@ func withTemporaryFolderAsync<R>(_ body: (String) async throws -> R) async throw
         }
     }
 }
+
+@Suite struct LargeValueTests {
+    @Test func rowsOfTensOfMegabytesWork() throws {
+        var options = StoreOptions()
+        options.initialMapSize = 1 << 20
+        try withStore(options) { store, _ in
+            try store.createTable(.fixed("files", primaryKey: ["name"], fields: [.string("name"), .bytes("data")]))
+            var big = [UInt8](repeating: 0, count: 30 << 20)
+            for i in stride(from: 0, to: big.count, by: 4096) { big[i] = UInt8(truncatingIfNeeded: i / 4096) }
+            try store.write { try $0.insert("files", ["name": "video", "data": .bytes(big)]) }
+            try store.write { try $0.acknowledge("files", key: "video") }
+            big[12345] = 7
+            try store.write { try $0.update("files", key: "video", ["data": .bytes(big)]) }
+            let row = try #require(try store.read { try $0.row("files", key: "video") })
+            #expect(row["data"] == .bytes(big) && row.isChanged("data"))
+            #expect(try store.verify().isConsistent)
+        }
+    }
+}

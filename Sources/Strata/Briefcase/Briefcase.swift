@@ -79,19 +79,19 @@ enum BriefcaseFormat {
         return try withBytes(Array(bytes[..<body])) { (b) throws(StrataError) in
             var r = ByteReader(b, offset: magic.count)
             guard try r.byte() == version else { throw StrataError(.formatVersion, "the briefcase '\(path)' has a newer format than this Strata reads") }
-            let n = Int(try r.varint())
+            let n = Int(clamping: try r.varint())
             let info: BriefcaseInfo
             do { info = try JSONDecoder().decode(BriefcaseInfo.self, from: Data(try r.bytes(n))) } catch { throw damaged("unreadable header") }
             var entries: [Entry] = []
             while !r.isAtEnd {
-                let table = Int(try r.varint())
+                let table = Int(clamping: try r.varint())
                 guard table < info.tables.count else { throw damaged("a row names table #\(table)") }
-                let keyCount = Int(try r.varint())
+                let keyCount = Int(clamping: try r.varint())
                 guard keyCount < 64 else { throw damaged("a key of \(keyCount) values") }
                 var key: [Value] = []
                 for _ in 0..<keyCount { key.append(try r.value()) }
                 let flags = try r.byte()
-                let fieldCount = Int(try r.varint())
+                let fieldCount = Int(clamping: try r.varint())
                 guard fieldCount <= r.remaining else { throw damaged("a row of \(fieldCount) fields") }
                 var fields: [String: RowState.Field] = [:]
                 for _ in 0..<fieldCount {
