@@ -26,6 +26,8 @@ public struct LogEntry: Sendable, Hashable {
         case uploadRejected = 12
         /// A briefcase import set the row.
         case imported = 13
+        /// A schema change (a field added with a default, or dropped) set the row.
+        case schemaChange = 14
 
         public var description: String {
             switch self {
@@ -42,6 +44,7 @@ public struct LogEntry: Sendable, Hashable {
             case .reset: "reset"
             case .uploadRejected: "upload rejected"
             case .imported: "imported"
+            case .schemaChange: "schema change"
             }
         }
     }

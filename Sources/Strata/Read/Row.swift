@@ -109,7 +109,7 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
         var names: [String] = []
         var cur: [Value] = []
         var orig: [Value] = []
-        for id in t.fieldNames.indices where !t.isPropertyBag || t.definitions[id] != nil || currents[id] != nil {
+        for id in t.fieldNames.indices where !t.dropped.contains(id) && (!t.isPropertyBag || t.definitions[id] != nil || currents[id] != nil) {
             names.append(t.fieldNames[id])
             cur.append(currents[id] ?? .null)
             orig.append(inserted ? .null : (originals[id] ?? .null))

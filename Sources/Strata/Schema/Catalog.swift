@@ -16,15 +16,18 @@ struct TableInfo: Sendable {
     var indexes: [IndexInfo] = []
     /// The named views over the table.
     var views: [ViewInfo] = []
+    /// Ids of dropped fields: their names stay readable in old operations, but no longer resolve.
+    var dropped: Set<Int> = []
 
-    init(id: UInt32, schema: TableSchema, fieldNames: [String]) {
+    init(id: UInt32, schema: TableSchema, fieldNames: [String], dropped: Set<Int> = []) {
         self.id = id
         self.schema = schema
         self.fieldNames = fieldNames
+        self.dropped = dropped
         var ids: [String: Int] = [:]
-        for (i, n) in fieldNames.enumerated() { ids[n] = i }
+        for (i, n) in fieldNames.enumerated() where !dropped.contains(i) { ids[n] = i }
         self.fieldIDs = ids
-        self.definitions = fieldNames.map { schema.field($0) }
+        self.definitions = fieldNames.enumerated().map { dropped.contains($0.offset) ? nil : schema.field($0.element) }
         self.keyFieldIDs = schema.primaryKey.map { ids[$0]! }
     }
 
@@ -86,6 +89,7 @@ struct Catalog: Sendable {
             var fieldNames: [String]
             var indexes: [IndexInfo]?
             var views: [ViewInfo]?
+            var dropped: [Int]?
         }
         var nextTableID: UInt32
         var nextIndexID: UInt32?
@@ -96,7 +100,7 @@ struct Catalog: Sendable {
         let stored = Stored(
             nextTableID: nextTableID,
             nextIndexID: nextIndexID,
-            tables: tables.values.sorted { $0.id < $1.id }.map { .init(id: $0.id, schema: $0.schema, fieldNames: $0.fieldNames, indexes: $0.indexes, views: $0.views) }
+            tables: tables.values.sorted { $0.id < $1.id }.map { .init(id: $0.id, schema: $0.schema, fieldNames: $0.fieldNames, indexes: $0.indexes, views: $0.views, dropped: $0.dropped.sorted()) }
         )
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
@@ -116,7 +120,7 @@ struct Catalog: Sendable {
         self.nextTableID = stored.nextTableID
         self.nextIndexID = stored.nextIndexID ?? 1
         for t in stored.tables {
-            var info = TableInfo(id: t.id, schema: t.schema, fieldNames: t.fieldNames)
+            var info = TableInfo(id: t.id, schema: t.schema, fieldNames: t.fieldNames, dropped: Set(t.dropped ?? []))
             info.indexes = t.indexes ?? []
             info.views = t.views ?? []
             tables[t.id] = info
