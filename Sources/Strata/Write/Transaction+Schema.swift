@@ -22,11 +22,7 @@ extension Transaction {
         if !field.isNullable && field.defaultValue == nil && !rows.isEmpty {
             throw StrataError(.invalidSchema, "field '\(field.name)' is not nullable and has no default, but table '\(table)' has rows; give it a default")
         }
-        var updated = TableInfo(id: t.id, schema: schema, fieldNames: t.fieldNames + [field.name], dropped: t.dropped)
-        updated.indexes = t.indexes
-        updated.views = t.views
-        catalog.tables[t.id] = updated
-        markCatalogChanged()
+        replace(t, schema: schema, fieldNames: t.fieldNames + [field.name], dropped: t.dropped)
         guard let value = field.defaultValue, !value.isNull else { return }
         for row in rows {
             var state = RowState(row)
@@ -61,7 +57,12 @@ extension Transaction {
         }
         var schema = t.schema
         schema.fields.removeAll { $0.name == name }
-        var updated = TableInfo(id: t.id, schema: schema, fieldNames: t.fieldNames, dropped: t.dropped.union([id]))
+        replace(t, schema: schema, fieldNames: t.fieldNames, dropped: t.dropped.union([id]))
+    }
+
+    /// Stores a table's new schema and field list in the catalog, keeping its indexes and views.
+    private func replace(_ t: TableInfo, schema: TableSchema, fieldNames: [String], dropped: Set<Int>) {
+        var updated = TableInfo(id: t.id, schema: schema, fieldNames: fieldNames, dropped: dropped)
         updated.indexes = t.indexes
         updated.views = t.views
         catalog.tables[t.id] = updated
