@@ -46,17 +46,10 @@ extension SyncClient {
         precondition(maxRows > 0 && maxBytes > 0, "a batch needs room for at least one row")
         return try store.write { tx in
             if let inFlight = try Self.inFlight(tx) { return inFlight }
-            let rejected = Set(try Self.rejected(tx).map { Self.rowID($0.table, $0.key) })
             let snap = tx.snapshot
-            var changes: [RowChange] = []
-            for row in try snap.pendingRows() where !row.isConflicted {
-                let id = Self.rowID(row.table, row.key)
-                guard !rejected.contains(id), !excluding.contains(id), let c = BatchingRules.change(for: row) else { continue }
-                changes.append(c)
-            }
+            let changes = try uploadOrder(snap, excluding: excluding)
             guard !changes.isEmpty else { return nil }
-            let order = try BatchingRules.tableOrder(snap.tables.map(\.name), associations)
-            let chosen = BatchingRules.firstBatch(BatchingRules.order(changes, tableOrder: order), maxRows: maxRows, maxBytes: maxBytes)
+            let chosen = BatchingRules.firstBatch(changes, maxRows: maxRows, maxBytes: maxBytes)
             let number = UInt64(try tx.property(Self.batchNumberProperty)?.intValue ?? 0) + 1
             let batch = Batch(id: "\(store.clientID)-\(number)", clientID: store.clientID, number: number, changes: chosen)
             try tx.setProperty(Self.batchNumberProperty, .int(Int64(number)))
@@ -70,12 +63,20 @@ extension SyncClient {
     /// Every change the pending rows would upload, coalesced and in upload order, without
     /// freezing a batch (held-back rows — conflicted or set aside — are left out).
     public func pendingChanges() throws -> [RowChange] {
-        try store.write { tx in
-            let rejected = Set(try Self.rejected(tx).map { Self.rowID($0.table, $0.key) })
-            let snap = tx.snapshot
-            let changes = try snap.pendingRows().filter { !$0.isConflicted && !rejected.contains(Self.rowID($0.table, $0.key)) }.compactMap(BatchingRules.change)
-            return BatchingRules.order(changes, tableOrder: try BatchingRules.tableOrder(snap.tables.map(\.name), associations))
+        try store.read { try uploadOrder($0, excluding: []) }
+    }
+
+    /// The change of every pending row that may go up — not conflicted, not set aside, not in
+    /// `excluding` — coalesced and ordered by the batching rules.
+    private func uploadOrder(_ snap: Snapshot, excluding: Set<String>) throws -> [RowChange] {
+        let rejected = Set(try Self.rejected(snap).map { Self.rowID($0.table, $0.key) })
+        var changes: [RowChange] = []
+        for row in try snap.pendingRows() where !row.isConflicted {
+            let id = Self.rowID(row.table, row.key)
+            guard !rejected.contains(id), !excluding.contains(id), let c = BatchingRules.change(for: row) else { continue }
+            changes.append(c)
         }
+        return BatchingRules.order(changes, tableOrder: try BatchingRules.tableOrder(snap.tables.map(\.name), associations))
     }
 
     /// The batch in flight and whether it was handed to the transport (`sent`) or not yet
@@ -231,10 +232,7 @@ extension SyncClient {
 
     /// The rows the server refused with the `setAside` action: kept locally, left out of uploads.
     public func rejectedRows() throws -> [RejectedRow] {
-        try store.read { snap in
-            guard let b = try snap.property(Self.rejectedProperty)?.bytesValue else { return [] }
-            return try WireFormat.decode([RejectedRow].self, from: Data(b))
-        }
+        try store.read { try Self.rejected($0) }
     }
 
     /// Puts a rejected row back in the upload queue.
@@ -269,7 +267,11 @@ extension SyncClient {
     }
 
     static func rejected(_ tx: Transaction) throws -> [RejectedRow] {
-        guard let b = try tx.property(rejectedProperty)?.bytesValue else { return [] }
+        try rejected(tx.snapshot)
+    }
+
+    static func rejected(_ snap: Snapshot) throws -> [RejectedRow] {
+        guard let b = try snap.property(rejectedProperty)?.bytesValue else { return [] }
         return try WireFormat.decode([RejectedRow].self, from: Data(b))
     }
 
