@@ -364,3 +364,19 @@ struct QueryFixture {
         }
     }
 }
+
+@Suite struct RefusedBagEditTests {
+    /// A property-bag edit refused by a unique index leaves no new field name behind, even when
+    /// the transaction goes on and commits.
+    @Test func aRefusedEditAddsNoFieldToTheCatalog() throws {
+        try withStore { store, _ in
+            try store.createTable(.propertyBag("people", key: [.string("id")]))
+            try store.write { try $0.insert("people", ["id": "a", "email": "x@y"]) }
+            try store.createIndex("by_email", on: "people", fields: ["email"], unique: true)
+            try store.write { tx in
+                #expect(throws: StrataError.self) { try tx.insert("people", ["id": "b", "email": "x@y", "nickname": "bee"]) }
+            }
+            #expect(try store.read { try $0.fieldNames("people") } == ["id", "email"])
+        }
+    }
+}

@@ -295,10 +295,6 @@ public final class Transaction {
         if opBuf.count == entriesStart && flags == oldFlags && annotation.isEmpty { return }
         opBuf.bytes[flagsAt] = flags.rawValue
 
-        if tableChanged {
-            catalog.tables[t.id] = t
-            catalogChanged = true
-        }
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
             let header = try OperationHeader(op)
             try views.apply(operation: op, header: header, lsn: lsn, old: old, table: t, in: txn, scratch: &rowBuf)
@@ -306,6 +302,12 @@ public final class Transaction {
                 var k = lsn.bigEndian
                 try withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try txn.put(kb, op, in: views.log, flags: .append) }
             }
+        }
+        // Only now that the edit is applied (a unique index may still have refused it) do its
+        // new property-bag fields enter the catalog.
+        if tableChanged {
+            catalog.tables[t.id] = t
+            catalogChanged = true
         }
         if !txnIDStored {
             try txn.setMeta(MetaKey.lastTxn, txnID, in: views)
