@@ -100,6 +100,9 @@ public final class Environment: @unchecked Sendable {
     /// The first LMDB error seen inside the current write transaction.
     private let writerStatus: UnsafeMutablePointer<Int32>
     private let pageSize: Int
+    /// Reader slots of dead processes that `mdb_reader_check` cleared when this environment was
+    /// opened. Such slots would otherwise pin old pages (the file grows) and use up slots.
+    public let staleReadersCleared: Int
 
     /// Opens (creating if needed) the environment in the folder at `path`.
     ///
@@ -110,6 +113,7 @@ public final class Environment: @unchecked Sendable {
             _ = mkdir(path, 0o755)
         }
         var env: OpaquePointer?
+        var dead: Int32 = 0
         try check(mdb_env_create(&env), "mdb_env_create")
         guard let env else { throw LMDBError(code: ENOMEM, operation: "mdb_env_create") }
         do {
@@ -124,7 +128,6 @@ public final class Environment: @unchecked Sendable {
             }
             if options.readOnly { flags |= UInt32(MDB_RDONLY) }
             try check(mdb_env_open(env, path, flags, options.fileMode), "mdb_env_open(\(path))")
-            var dead: Int32 = 0
             try check(mdb_reader_check(env, &dead), "mdb_reader_check")
         } catch {
             // lmdb.h: "If this function fails, mdb_env_close() must be called to discard the
@@ -135,6 +138,7 @@ public final class Environment: @unchecked Sendable {
         var stat = MDB_stat()
         mdb_env_stat(env, &stat)
         self.pageSize = Int(stat.ms_psize)
+        self.staleReadersCleared = Int(dead)
         self.handle = env
         self.path = path
         self.options = options

@@ -72,8 +72,13 @@ public final class Store: Sendable {
     let cachedCatalog: Mutex<Catalog>
     let observers = Observers()
 
-    /// The store format this version of Strata writes and reads.
-    public static let formatVersion: UInt64 = 1
+    /// Shared `flock` on `strata.lock` in the store's folder, held while the store is open, so
+    /// that ``reclaimSpace(at:)`` can tell that nobody has it open.
+    private let lockFD: Int32
+
+    /// The store format this version of Strata writes. Older formats are migrated when opened
+    /// (see `Migration.swift`); newer ones are refused.
+    public static let formatVersion: UInt64 = 2
 
     /// Opens the store in the folder at `path`, creating it (and the folder, with any missing
     /// parent folders) if needed.
@@ -91,6 +96,7 @@ public final class Store: Sendable {
         } catch {
             throw StrataError(.io, "cannot create the store's folder '\(path)': \(error.localizedDescription)")
         }
+        lockFD = try Store.lockFolder(path, exclusive: false)
         var envOptions = EnvironmentOptions()
         envOptions.mapSize = options.initialMapSize
         envOptions.maxReaders = options.maxReaders
@@ -99,10 +105,26 @@ public final class Store: Sendable {
         do {
             env = try Environment(path: path, options: envOptions)
         } catch {
+            close(lockFD)
             throw StrataError(.io, "cannot open the store at '\(path)': \(error.message)", cause: error)
         }
-        let env = self.env
-        let (views, clientID, catalog) = try Store.asStrataError {
+        let opened: (Views, String, Catalog)
+        do {
+            opened = try Store.open(env, path: path)
+        } catch {
+            close(lockFD)
+            throw error
+        }
+        (views, clientID) = (opened.0, opened.1)
+        self.cachedCatalog = Mutex(opened.2)
+    }
+
+    deinit { close(lockFD) }
+
+    /// In one write transaction: opens the databases, initializes a new store or migrates an
+    /// older one, and reads the client id and catalog.
+    private static func open(_ env: Environment, path: String) throws(StrataError) -> (Views, String, Catalog) {
+        try Store.asStrataError {
             try env.write { txn in
                 let views = try Views.open(txn)
                 let format = try txn.metaUInt64(MetaKey.format, in: views)
@@ -117,6 +139,8 @@ public final class Store: Sendable {
                     try txn.setMeta(MetaKey.catalogVersion, 0, in: views)
                 case let v? where v > Store.formatVersion:
                     throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), newer than this Strata reads (\(Store.formatVersion)); upgrade Strata to open it")
+                case let v? where v < Store.formatVersion:
+                    try Migration.upgrade(from: v, txn, views, path: path)
                 default: break
                 }
                 guard let id = try txn.meta(MetaKey.clientID, in: views) else {
@@ -125,9 +149,6 @@ public final class Store: Sendable {
                 return (views, String(decoding: id, as: UTF8.self), try Store.loadCatalog(txn, views))
             }
         }
-        self.views = views
-        self.clientID = clientID
-        self.cachedCatalog = Mutex(catalog)
     }
 
     // MARK: Transactions

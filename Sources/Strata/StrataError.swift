@@ -1,3 +1,4 @@
+import Foundation
 import LMDB
 
 /// The one error type of Strata: a stable ``code`` to switch on, a ``message`` that says what was
@@ -23,6 +24,7 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
             case fieldNotFound, typeMismatch, missingField, nullNotAllowed, invalidKey
             case duplicateKey, rowNotFound, invalidOperation
             case corruptRecord, formatVersion, storage, io, malformedInput, dataVersionMismatch
+            case compacted, diskFull, busy
         }
         fileprivate let kind: Kind
         private init(_ kind: Kind) { self.kind = kind }
@@ -62,6 +64,14 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         /// A briefcase holds data of another data version than the app expects: discard it and
         /// fetch the data again.
         public static let dataVersionMismatch = Code(.dataVersionMismatch)
+        /// The request reaches before the compaction horizon: those operations were folded into
+        /// the base snapshot (see ``Store/compact(retaining:)``).
+        public static let compacted = Code(.compacted)
+        /// The disk (or the process's file size limit) is full: the write was rolled back and the
+        /// store is unchanged. Free space and retry.
+        public static let diskFull = Code(.diskFull)
+        /// The store is in use (open in this or another process) and the request needs it closed.
+        public static let busy = Code(.busy)
 
         public var description: String { kind.rawValue }
     }
@@ -84,7 +94,12 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
     }
 
     static func storage(_ error: LMDBError) -> StrataError {
-        StrataError(.storage, "the storage engine failed: \(error.description)", cause: error)
+        // A write that could not extend the file: no space left, or over RLIMIT_FSIZE / the
+        // file system's largest file. LMDB has rolled the transaction back.
+        if error.code == ENOSPC || error.code == EFBIG || error.code == EDQUOT {
+            return StrataError(.diskFull, "the disk is full (\(error.message)): the write was rolled back and the store is unchanged; free space and retry", cause: error)
+        }
+        return StrataError(.storage, "the storage engine failed: \(error.description)", cause: error)
     }
 }
 

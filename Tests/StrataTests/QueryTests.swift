@@ -373,7 +373,7 @@ struct QueryFixture {
             try store.createTable(.propertyBag("people", key: [.string("id")]))
             try store.write { try $0.insert("people", ["id": "a", "email": "x@y"]) }
             try store.createIndex("by_email", on: "people", fields: ["email"], unique: true)
-            try store.write { tx in
+            _ = try store.write { tx in
                 #expect(throws: StrataError.self) { try tx.insert("people", ["id": "b", "email": "x@y", "nickname": "bee"]) }
             }
             #expect(try store.read { try $0.fieldNames("people") } == ["id", "email"])

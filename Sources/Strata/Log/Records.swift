@@ -213,11 +213,11 @@ enum RowFold {
         return dirty > 0 || !flags.intersection([.inserted, .deleted, .conflicted]).isEmpty
     }
 
-    /// Folds a row's operations, oldest first, from no row: the row state after the last one
-    /// (`nil` when the row is gone) and whether it is pending.
-    static func fold(_ chain: [(lsn: UInt64, record: [UInt8])]) throws(StrataError) -> (state: [UInt8]?, pending: Bool) {
-        var state: [UInt8]? = nil
-        var pending = false
+    /// Folds a row's operations, oldest first, onto `base` (a row state, or `nil` for no row):
+    /// the row state after the last one (`nil` when the row is gone) and whether it is pending.
+    static func fold(from base: [UInt8]? = nil, _ chain: [(lsn: UInt64, record: [UInt8])]) throws(StrataError) -> (state: [UInt8]?, pending: Bool) {
+        var state = base
+        var pending = try base.map { (b) throws(StrataError) in try withBytes(b) { (r) throws(StrataError) in try isPending(r) } } ?? false
         var out = ByteWriter(capacity: 256)
         for (lsn, op) in chain {
             let result = try withBytes(op) { (o) throws(StrataError) -> Bool? in

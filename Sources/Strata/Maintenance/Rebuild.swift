@@ -38,8 +38,9 @@ public struct VerifyReport: Sendable, CustomStringConvertible {
 }
 
 extension Store {
-    /// Drops the views (`rows`, `pending`, `gone`) and folds the whole log again, in one write
-    /// transaction. Returns the number of operations folded.
+    /// Drops the views (`rows`, `pending`, `gone`, indexes, named views) and folds the whole log
+    /// again — from the base snapshot when the store was compacted — in one write transaction.
+    /// Returns the number of operations folded.
     ///
     /// - Complexity: O(m log n) for m operations in the log.
     ///
@@ -50,11 +51,12 @@ extension Store {
         try write { tx in
             let txn = tx.txn
             try Store.mappingStorageErrors { try views.derived.forEach { try txn.clear($0) } }
+            _ = try Store.foldBase(from: txn.reader, base: views.base, into: txn, views: views, catalog: tx.catalog)
             return try Store.foldLog(from: txn.reader, log: views.log, into: txn, views: views, catalog: tx.catalog, progress: progress)
         }
     }
 
-    /// Rebuilds the views from the log into a scratch store and compares them with the live
+    /// Rebuilds the views from the base snapshot and the log into a scratch store and compares them with the live
     /// views, entry by entry. The live store is only read; writers may go on meanwhile (the
     /// comparison uses one snapshot).
     ///
@@ -74,7 +76,8 @@ extension Store {
             return try env.read { live in
                 let catalog = try currentCatalog(live)
                 let count = try scratch.write { txn in
-                    try Store.foldLog(from: live, log: views.log, into: txn, views: scratchViews, catalog: catalog, progress: progress)
+                    _ = try Store.foldBase(from: live, base: views.base, into: txn, views: scratchViews, catalog: catalog)
+                    return try Store.foldLog(from: live, log: views.log, into: txn, views: scratchViews, catalog: catalog, progress: progress)
                 }
                 return try scratch.read { rebuilt in
                     var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
@@ -207,14 +210,10 @@ enum Invariants {
     /// Re-folds the row `target` from its chain of operations and checks the live `rows` and
     /// `pending` entries equal the result.
     static func checkRow(_ target: [UInt8], txn: LMDB.WriteTransaction, views: Views) throws(StrataError) {
-        var chain: [(UInt64, [UInt8])] = []
-        try Store.asStrataError {
-            try txn.reader.forEachInChain(of: target, views: views) { lsn, record in chain.append((lsn, Array(record))) }
-        }
-        let (state, pending) = try RowFold.fold(chain.reversed().map { (lsn: $0.0, record: $0.1) })
+        let (state, pending) = try Store.asStrataError { try txn.reader.foldChain(of: target, views: views) }
         let live = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows).map(Array.init) }
         guard live == state else {
-            throw StrataError(.corruptRecord, "invariant: the live row differs from the fold of its \(chain.count) operations")
+            throw StrataError(.corruptRecord, "invariant: the live row differs from the fold of its operations")
         }
         let livePending = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.pending) } != nil
         guard livePending == pending else {

@@ -10,7 +10,8 @@ extension Store {
     /// whole table as of a point in time. The replay is not durable until it returns (it uses
     /// ``Durability/noSync`` and flushes at the end).
     ///
-    /// - Throws: ``StrataError`` `io` when `path` already holds a store.
+    /// - Throws: ``StrataError`` `io` when `path` already holds a store, `compacted` when `lsn`
+    ///   is before the compaction horizon.
     /// - Complexity: O(m log n) for the m operations replayed.
     /// `progress`, if given, is called now and then with the operations replayed so far and the
     /// number to replay.
@@ -18,6 +19,10 @@ extension Store {
     public func replay(into path: String, through lsn: UInt64 = .max, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Store {
         guard !FileManager.default.fileExists(atPath: path + "/data.mdb") else {
             throw StrataError(.io, "'\(path)' already holds a store; replay needs an empty folder")
+        }
+        let horizon = try read { try $0.horizon }
+        guard lsn >= horizon else {
+            throw StrataError(.compacted, "cannot replay through LSN \(lsn): the log was compacted through LSN \(horizon), so the store's state before that is gone")
         }
         var options = StoreOptions()
         options.durability = .noSync
@@ -32,7 +37,11 @@ extension Store {
                         try txn.setMeta(MetaKey.catalog, Array(catalog), in: target.views)
                     }
                     try txn.setMeta(MetaKey.catalogVersion, try source.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0, in: target.views)
-                    _ = try Store.foldLog(from: source, log: views.log, into: txn, views: target.views, catalog: try currentCatalog(source), through: lsn, copyLog: true, progress: progress)
+                    // A compacted store starts from its base snapshot, which the replay keeps.
+                    let catalog = try currentCatalog(source)
+                    _ = try Store.foldBase(from: source, base: views.base, into: txn, views: target.views, catalog: catalog, copyBase: true)
+                    try txn.setMeta(MetaKey.horizon, horizon, in: target.views)
+                    _ = try Store.foldLog(from: source, log: views.log, into: txn, views: target.views, catalog: catalog, through: lsn, copyLog: true, progress: progress)
                 }
             }
         }

@@ -118,7 +118,7 @@ public struct Snapshot {
     // MARK: The log
 
     /// Calls `body` with each operation from LSN `from` through `through`, in order; return
-    /// `false` to stop.
+    /// `false` to stop. After compaction the log starts after ``horizon``.
     ///
     /// - Complexity: O(k) for k operations visited, plus O(log n) to find the first.
     public func forEachOperation(from: UInt64 = 1, through: UInt64 = .max, _ body: (LogEntry) throws -> Bool) throws {
@@ -142,7 +142,8 @@ public struct Snapshot {
     }
 
     /// Every operation that touched the row `key` of `table`, oldest first — including those
-    /// before a removal, so the history of a row that no longer exists stays readable.
+    /// before a removal, so the history of a row that no longer exists stays readable. After
+    /// compaction, the operations after the horizon (``horizon``).
     ///
     /// - Complexity: O(h log m) for h operations on the row: the operations of a row form a chain
     ///   through the log, followed from the row's last one.
@@ -169,8 +170,9 @@ extension ReadableTransaction {
         return try r.bigEndian64()
     }
 
-    /// Calls `body` with each operation on the row at `target`, newest first, following the
-    /// chain of `prevLSN`s from the row's last operation (or from the one that removed it).
+    /// Calls `body` with each operation on the row at `target` still in the log, newest first,
+    /// following the chain of `prevLSN`s from the row's last operation (or from the one that
+    /// removed it) down to the compaction horizon.
     func forEachInChain(of target: [UInt8], views: Views, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
         var lsn: UInt64
         if let row = try lmdb({ () throws(LMDBError) in try get(target, in: views.rows) }) {
@@ -178,7 +180,9 @@ extension ReadableTransaction {
         } else {
             lsn = try goneLSN(target, views: views)
         }
-        while lsn != 0 {
+        // Operations up to the horizon were folded into `base`; the chain continues there.
+        let horizon = try horizon(in: views)
+        while lsn > horizon {
             var key = lsn.bigEndian
             let found = try lmdb { () throws(LMDBError) in try Swift.withUnsafeBytes(of: &key) { (k) throws(LMDBError) in try get(k, in: views.log) } }
             guard let record = found else {
@@ -191,5 +195,17 @@ extension ReadableTransaction {
             try body(lsn, record)
             lsn = header.prevLSN
         }
+    }
+
+    /// The row at `target` as the fold of its chain: its state in `base` (if compaction left
+    /// one), then its operations in the log up to LSN `through`, oldest first. `nil` when the row
+    /// did not exist then; also whether it was pending.
+    func foldChain(of target: [UInt8], views: Views, through: UInt64 = .max) throws -> (state: [UInt8]?, pending: Bool) {
+        var chain: [(lsn: UInt64, record: [UInt8])] = []
+        try forEachInChain(of: target, views: views) { lsn, record in
+            if lsn <= through { chain.append((lsn, Array(record))) }
+        }
+        let base = try lmdb { () throws(LMDBError) in try get(target, in: views.base).map(Array.init) }
+        return try RowFold.fold(from: base, chain.reversed())
     }
 }

@@ -10,7 +10,8 @@ import LMDB
 /// | `gone` | table id + row key | LSN of the operation that removed the row (8 bytes BE) |
 /// | `index` | index id + indexed values + row key | empty (see `Index.swift`) |
 /// | `view` | view id + sort values + row key | row key (see `NamedView.swift`) |
-/// | `meta` | ASCII name | store metadata (format, catalog, counters, client id) |
+/// | `base` | table id + row key | row state as of the compaction horizon (see `Compaction.swift`) |
+/// | `meta` | ASCII name | store metadata (format, catalog, counters, client id, horizon) |
 struct Views: Sendable {
     let log: Database
     let rows: Database
@@ -22,9 +23,12 @@ struct Views: Sendable {
     let index: Database
     /// Every named view's rows.
     let view: Database
+    /// The state, as of the horizon, of every row that existed then: the fold of the operations
+    /// compaction removed from the log. Not derived: rebuild starts from it.
+    let base: Database
     let meta: Database
 
-    static let names = (log: "log", rows: "rows", pending: "pending", gone: "gone", index: "index", view: "view", meta: "meta")
+    static let names = (log: "log", rows: "rows", pending: "pending", gone: "gone", index: "index", view: "view", base: "base", meta: "meta")
 
     static func open(_ txn: LMDB.WriteTransaction) throws(LMDBError) -> Views {
         Views(
@@ -34,6 +38,7 @@ struct Views: Sendable {
             gone: try txn.openDatabase(names.gone),
             index: try txn.openDatabase(names.index),
             view: try txn.openDatabase(names.view),
+            base: try txn.openDatabase(names.base),
             meta: try txn.openDatabase(names.meta)
         )
     }
@@ -95,6 +100,10 @@ enum MetaKey {
     static let catalogVersion = "catalogVersion"
     static let lastTxn = "lastTxn"
     static let clientID = "clientID"
+    /// The compaction horizon: every operation up to this LSN is folded into `base`.
+    static let horizon = "horizon"
+    /// Prefix of log pins (see ``Transaction/pinLog(_:after:)``).
+    static let pinPrefix = "pin:"
 }
 
 extension ReadableTransaction {
@@ -108,9 +117,15 @@ extension ReadableTransaction {
         return try r.bigEndian64()
     }
 
-    /// The LSN of the last operation in the log, 0 when the log is empty.
+    /// The LSN of the last operation ever written: the log's last, or the compaction horizon
+    /// when compaction emptied the log. 0 for a new store.
     func lastLSN(in views: Views) throws(StrataError) -> UInt64 {
-        try lastLSN(of: views.log)
+        max(try lastLSN(of: views.log), try horizon(in: views))
+    }
+
+    /// The compaction horizon: operations up to it live only in `base`. 0 when never compacted.
+    func horizon(in views: Views) throws(StrataError) -> UInt64 {
+        try metaUInt64(MetaKey.horizon, in: views) ?? 0
     }
 
     /// The last LSN of the log database `log`, 0 when it is empty.

@@ -24,6 +24,8 @@ extension SyncClient {
     static let inFlightProperty = "strata.sync.batch.inflight"
     static let batchStateProperty = "strata.sync.batch.state"
     static let frozenAtProperty = "strata.sync.batch.frozenAt"
+    /// The log pin held while a batch is in flight.
+    static let batchPin = "strata.sync.batch"
     static let batchNumberProperty = "strata.sync.batch.number"
     static let lastAckProperty = "strata.sync.batch.lastAcknowledged"
     static let rejectedProperty = "strata.sync.rejected"
@@ -55,7 +57,11 @@ extension SyncClient {
             try tx.setProperty(Self.batchNumberProperty, .int(Int64(number)))
             try tx.setProperty(Self.inFlightProperty, .bytes(Array(try WireFormat.encoder.encode(batch))))
             try tx.setProperty(Self.batchStateProperty, "pending")
-            try tx.setProperty(Self.frozenAtProperty, .int(Int64(try snap.lastLSN)))
+            let frozenAt = try snap.lastLSN
+            try tx.setProperty(Self.frozenAtProperty, .int(Int64(frozenAt)))
+            // The acknowledgement reads the history after the freeze (see `mergedSince`):
+            // compaction must keep it until then.
+            try tx.pinLog(Self.batchPin, after: frozenAt)
             return batch
         }
     }
@@ -164,6 +170,7 @@ extension SyncClient {
             try tx.setProperty(Self.inFlightProperty, nil)
             try tx.setProperty(Self.batchStateProperty, nil)
             try tx.setProperty(Self.frozenAtProperty, nil)
+            try tx.unpinLog(Self.batchPin)
             try tx.setProperty(Self.lastAckProperty, .string(batch.id))
             return report
         }

@@ -1,0 +1,296 @@
+import Foundation
+import LMDB
+
+/// How much of the log ``Store/compact(retaining:)`` keeps. Each limit that is set keeps the
+/// operations it names; an operation is folded only when no limit keeps it.
+///
+/// Whatever the limits, compaction never folds
+/// - an operation at or after the oldest pending row's first pending operation (local edits not
+///   yet acknowledged, conflicts, rows set aside), nor
+/// - an operation after a log pin (``Transaction/pinLog(_:after:)``; the sync client pins the
+///   operations made while an upload batch is in flight).
+///
+/// `Retention()` sets no limit: everything that may be folded is.
+public struct Retention: Sendable, Hashable {
+    /// Keep at least the last `operations` operations.
+    public var operations: Int?
+    /// Keep every operation written less than `age` seconds ago (by its timestamp).
+    public var age: TimeInterval?
+    /// Keep every operation after this LSN.
+    public var after: UInt64?
+
+    public init(operations: Int? = nil, age: TimeInterval? = nil, after: UInt64? = nil) {
+        self.operations = operations
+        self.age = age
+        self.after = after
+    }
+
+    /// Keep at least the last `n` operations.
+    public static func operations(_ n: Int) -> Retention { Retention(operations: n) }
+    /// Keep every operation younger than `seconds`.
+    public static func age(_ seconds: TimeInterval) -> Retention { Retention(age: seconds) }
+    /// Keep every operation after `lsn`.
+    public static func after(_ lsn: UInt64) -> Retention { Retention(after: lsn) }
+}
+
+/// What ``Store/compact(retaining:)`` did.
+public struct CompactionReport: Sendable, Hashable, CustomStringConvertible {
+    /// Operations folded into the base snapshot and removed from the log.
+    public let foldedOperations: Int
+    /// The horizon before and after: every operation up to it lives only in the base snapshot.
+    public let previousHorizon: UInt64
+    public let horizon: UInt64
+    /// Operations left in the log.
+    public let remainingOperations: Int
+    /// Rows in the base snapshot.
+    public let baseRows: Int
+    /// What held the horizon back, when it is short of what the retention alone allowed:
+    /// `"pending"` (an unacknowledged row) or `"pin:<name>"`.
+    public let heldBy: String?
+
+    public var description: String {
+        var s = "folded \(foldedOperations) operations; horizon \(previousHorizon) → \(horizon); \(remainingOperations) operations left in the log, \(baseRows) rows in the base"
+        if let heldBy { s += "; held back by \(heldBy)" }
+        return s
+    }
+}
+
+extension Store {
+    /// Folds the operations that `retention` lets go into the base snapshot and removes them
+    /// from the log, in one write transaction; the log stays bounded while rows, pending state,
+    /// history and time travel after the horizon are unchanged.
+    ///
+    /// - Rows, `pending`, indexes and views are not touched: they already are the fold of the
+    ///   whole log. ``rebuild(progress:)``, ``verify(progress:)`` and ``replay(into:through:)``
+    ///   start from the base snapshot.
+    /// - ``Snapshot/history(_:key:)`` returns the operations after the horizon;
+    ///   ``Snapshot/row(_:key:asOf:includingDeleted:)`` and ``replay(into:through:)`` before it
+    ///   throw ``StrataError/Code-swift.struct/compacted``.
+    /// - The space the removed operations used is reused by later writes, so the file stops
+    ///   growing; to shrink the file itself, call ``Store/reclaimSpace(at:)`` with the store closed.
+    ///
+    /// Safe with concurrent readers: a snapshot begun before the compaction still sees the log it
+    /// began with.
+    ///
+    /// - Complexity: O(k log n) for the k operations folded.
+    @discardableResult
+    public func compact(retaining retention: Retention = Retention()) throws -> CompactionReport {
+        try write { tx in
+            let txn = tx.txn
+            let reader = txn.reader
+            let previous = try reader.horizon(in: views)
+            let last = try reader.lastLSN(in: views)
+            var target = last
+            if let n = retention.operations {
+                guard n >= 0 else { throw StrataError(.invalidOperation, "retention of \(n) operations: the count must not be negative") }
+                target = min(target, last - min(UInt64(n), last))
+            }
+            if let after = retention.after { target = min(target, after) }
+            if let age = retention.age {
+                guard age >= 0, age.isFinite else { throw StrataError(.invalidOperation, "retention age \(age) s: it must be a finite number of seconds, not negative") }
+                let cutoff = UInt64(max(0, (Date().timeIntervalSince1970 - age) * 1_000_000))
+                if let young = try firstOperation(after: previous, newerThan: cutoff, reader) { target = min(target, young - 1) }
+            }
+            var heldBy: String? = nil
+            if let oldestPending = try oldestPendingLSN(reader), oldestPending - 1 < target {
+                target = oldestPending - 1
+                heldBy = "pending"
+            }
+            for (name, pin) in try Snapshot(txn: reader, views: views, catalog: tx.catalog).logPins where pin < target {
+                target = pin
+                heldBy = "pin:" + name
+            }
+            var folded = 0
+            if target > previous {
+                folded = try fold(through: target, txn)
+                try txn.setMeta(MetaKey.horizon, target, in: views)
+            } else {
+                target = previous
+            }
+            return CompactionReport(
+                foldedOperations: folded, previousHorizon: previous, horizon: target,
+                remainingOperations: try lmdb { () throws(LMDBError) in try reader.stats(views.log).entries },
+                baseRows: try lmdb { () throws(LMDBError) in try reader.stats(views.base).entries }, heldBy: heldBy)
+        }
+    }
+
+    /// The LSN of the first operation after `lsn` whose timestamp is after `cutoff` (µs).
+    private func firstOperation(after lsn: UInt64, newerThan cutoff: UInt64, _ reader: ReadTransaction) throws -> UInt64? {
+        try reader.scan(views.log) { c in
+            var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: (lsn + 1).bigEndian) { Array($0) })
+            while let entry = e {
+                // Clocks can step back, so the first young operation ends the foldable prefix.
+                if try OperationHeader(entry.value).timestampMicros > cutoff {
+                    var r = ByteReader(entry.key)
+                    return try r.bigEndian64()
+                }
+                e = try c.next()
+            }
+            return nil
+        }
+    }
+
+    /// The smallest LSN that made a row pending, `nil` when no row is pending.
+    private func oldestPendingLSN(_ reader: ReadTransaction) throws -> UInt64? {
+        var oldest: UInt64? = nil
+        try reader.scan(views.pending) { c in
+            var e = try c.first()
+            while let entry = e {
+                var r = ByteReader(entry.value)
+                let lsn = try r.bigEndian64()
+                oldest = min(oldest ?? lsn, lsn)
+                e = try c.next()
+            }
+        }
+        return oldest
+    }
+
+    /// Moves the operations up to `horizon` from the log into `base`; removes the `gone` entries
+    /// they leave dangling. Returns the number of operations folded.
+    private func fold(through horizon: UInt64, _ txn: LMDB.WriteTransaction) throws -> Int {
+        var folded = 0
+        var state = ByteWriter(capacity: 512)
+        while true {
+            // A chunk at a time, copied out, so that no cursor is open while the log shrinks.
+            var chunk: [(lsn: UInt64, record: [UInt8])] = []
+            try txn.reader.scan(views.log) { c in
+                var e = try c.first()
+                while let entry = e, chunk.count < 1_000 {
+                    var r = ByteReader(entry.key)
+                    let lsn = try r.bigEndian64()
+                    if lsn > horizon { break }
+                    chunk.append((lsn, Array(entry.value)))
+                    e = try c.next()
+                }
+            }
+            if chunk.isEmpty { break }
+            for (lsn, record) in chunk {
+                try withBytes(record) { (op) throws(StrataError) in
+                    let header = try OperationHeader(op)
+                    let target = UnsafeRawBufferPointer(rebasing: op[header.target])
+                    let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.base).map(Array.init) }
+                    let result = try withBytes(old ?? []) { (o) throws(StrataError) -> Bool? in
+                        if old != nil, try RowHeader(o).lastLSN != header.prevLSN {
+                            throw StrataError(.corruptRecord, "operation \(lsn) follows LSN \(header.prevLSN), but its row's base state was last changed at LSN \(try RowHeader(o).lastLSN)")
+                        }
+                        return try RowFold.apply(old: old == nil ? nil : o, op: op, header: header, lsn: lsn, into: &state)
+                    }
+                    try lmdb { () throws(LMDBError) in
+                        if result == nil {
+                            _ = try txn.delete(target, in: views.base)
+                        } else {
+                            try state.withUnsafeBytes { (b) throws(LMDBError) in try txn.put(target, b, in: views.base) }
+                        }
+                        var key = lsn.bigEndian
+                        _ = try Swift.withUnsafeBytes(of: &key) { (k) throws(LMDBError) in try txn.delete(k, in: views.log) }
+                    }
+                }
+            }
+            folded += chunk.count
+        }
+        // A removed row whose last operation was folded has no history left to reach.
+        var dangling: [[UInt8]] = []
+        try txn.reader.scan(views.gone) { c in
+            var e = try c.first()
+            while let entry = e {
+                var r = ByteReader(entry.value)
+                if try r.bigEndian64() <= horizon { dangling.append(Array(entry.key)) }
+                e = try c.next()
+            }
+        }
+        try lmdb { () throws(LMDBError) in for key in dangling { _ = try txn.delete(key, in: views.gone) } }
+        return folded
+    }
+
+    /// Folds every row state of `base` (read through `reader`) into the views of `txn`, as
+    /// rebuild does before folding the log; with `copyBase`, also copies each into `txn`'s `base`.
+    /// Returns the number of rows.
+    static func foldBase(
+        from reader: some ReadableTransaction, base: Database, into txn: LMDB.WriteTransaction, views: Views, catalog: Catalog, copyBase: Bool = false
+    ) throws(StrataError) -> Int {
+        var key = ByteWriter(capacity: 64)
+        var value = ByteWriter(capacity: 512)
+        var count = 0
+        try reader.scan(base) { c in
+            var e = try c.first()
+            while let entry = e {
+                // Copied: the writes below may move pages the cursor lent us.
+                key.reset()
+                key.append(entry.key)
+                value.reset()
+                value.append(entry.value)
+                try key.withUnsafeBytes { (k) throws(StrataError) in
+                    try value.withUnsafeBytes { (v) throws(StrataError) in
+                        guard k.count >= 4 else { throw StrataError(.corruptRecord, "a base snapshot key of \(k.count) bytes") }
+                        let tableID = k.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+                        try views.apply(baseState: v, target: k, table: try catalog.table(id: tableID), in: txn)
+                        if copyBase { try lmdb { () throws(LMDBError) in try txn.put(k, v, in: views.base, flags: .append) } }
+                    }
+                }
+                count += 1
+                e = try c.next()
+            }
+        }
+        return count
+    }
+}
+
+extension Transaction {
+    /// Keeps every operation after `lsn` out of compaction until ``unpinLog(_:)`` removes the
+    /// pin named `name` (setting a pin again moves it). Pins are stored with the transaction.
+    ///
+    /// For code that will read a stretch of history later: the sync client pins the operations
+    /// made while an upload batch is in flight, since its acknowledgement must see them.
+    public func pinLog(_ name: String, after lsn: UInt64) throws {
+        try txn.setMeta(MetaKey.pinPrefix + name, lsn, in: views)
+    }
+
+    /// Removes the log pin `name`; nothing happens when there is none.
+    public func unpinLog(_ name: String) throws {
+        _ = try lmdb { () throws(LMDBError) in try txn.delete(Array((MetaKey.pinPrefix + name).utf8), in: views.meta) }
+    }
+}
+
+extension Snapshot {
+    /// The compaction horizon: every operation up to this LSN has been folded into the base
+    /// snapshot and is no longer in the log. 0 when the store was never compacted.
+    public var horizon: UInt64 {
+        get throws { try txn.horizon(in: views) }
+    }
+
+    /// The log pins (see ``Transaction/pinLog(_:after:)``): name → LSN after which compaction
+    /// keeps every operation.
+    public var logPins: [String: UInt64] {
+        get throws {
+            var pins: [String: UInt64] = [:]
+            let prefix = Array(MetaKey.pinPrefix.utf8)
+            try txn.scan(views.meta) { c in
+                var e = try c.seek(atLeast: prefix)
+                while let entry = e, entry.key.starts(with: prefix) {
+                    var r = ByteReader(entry.value)
+                    pins[String(decoding: entry.key.dropFirst(prefix.count), as: UTF8.self)] = try r.bigEndian64()
+                    e = try c.next()
+                }
+            }
+            return pins
+        }
+    }
+}
+
+extension Views {
+    /// Puts a row state of the base snapshot into `rows`, `pending` and the table's indexes and
+    /// views, as the fold of the operations compaction removed would have.
+    func apply(baseState state: UnsafeRawBufferPointer, target: UnsafeRawBufferPointer, table: TableInfo, in txn: LMDB.WriteTransaction) throws(StrataError) {
+        if !table.indexes.isEmpty || !table.views.isEmpty {
+            try updateIndexes(table, target: target, old: nil, new: state, in: txn)
+            try updateViews(table, target: target, old: nil, new: state, in: txn)
+        }
+        let pendingSince = try RowFold.isPending(state) ? try RowHeader(state).lastLSN : nil
+        try lmdb { () throws(LMDBError) in
+            try txn.put(target, state, in: rows)
+            if var lsn = pendingSince?.bigEndian {
+                try Swift.withUnsafeBytes(of: &lsn) { (b) throws(LMDBError) in try txn.put(target, b, in: pending) }
+            }
+        }
+    }
+}

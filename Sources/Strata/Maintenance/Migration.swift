@@ -1,0 +1,29 @@
+import LMDB
+
+/// Upgrades a store written by an older Strata to ``Store/formatVersion``, in the write
+/// transaction that opens it: either the whole upgrade commits or the store stays as it was.
+///
+/// One step per format, applied in order. Each says what changed:
+///
+/// | from | to | change |
+/// |---|---|---|
+/// | 1 | 2 | compaction: the `base` database (rows as of the horizon) and the `horizon` meta key. A format-1 store has neither; an empty `base` and a missing horizon (0) describe it exactly, so nothing is rewritten. |
+///
+/// Operation records keep their own format byte (``RecordFormat``), checked as each is read;
+/// a step that changed the record format would rewrite the log here.
+enum Migration {
+    static func upgrade(from version: UInt64, _ txn: LMDB.WriteTransaction, _ views: Views, path: String) throws(StrataError) {
+        var v = version
+        while v < Store.formatVersion {
+            switch v {
+            case 1:
+                // `Views.open` created `base` in this transaction; no horizon means 0.
+                break
+            default:
+                throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), which no version of Strata wrote; it cannot be migrated")
+            }
+            v += 1
+        }
+        try txn.setMeta(MetaKey.format, v, in: views)
+    }
+}

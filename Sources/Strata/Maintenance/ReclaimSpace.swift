@@ -1,0 +1,85 @@
+import Foundation
+import LMDB
+
+extension Store {
+    /// Shrinks the store's file to the pages in use: writes a compacted copy next to it, syncs it,
+    /// and renames it over `data.mdb` (an atomic swap: a crash leaves the old file or the new one,
+    /// never a mix). Returns the file's size before and after, in bytes.
+    ///
+    /// LMDB reuses the pages freed by ``compact(retaining:)`` and by other writes, so a store's
+    /// file stops growing without this; call it to give the space back to the disk.
+    ///
+    /// The store must be closed everywhere: every ``Store`` on the folder holds a shared lock on
+    /// `strata.lock` there, and this call takes it exclusively. Stores opened meanwhile wait.
+    ///
+    /// - Throws: ``StrataError`` `busy` when the store is open (in this process or another),
+    ///   `io` when there is no store at `path`, `diskFull` when the copy does not fit.
+    @discardableResult
+    public static func reclaimSpace(at path: String) throws -> (before: Int, after: Int) {
+        let data = path + "/data.mdb"
+        guard FileManager.default.fileExists(atPath: data) else {
+            throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
+        }
+        let fd = try lockFolder(path, exclusive: true)
+        defer { close(fd) }
+        let scratch = path + "/reclaim.tmp"
+        // A leftover from a reclaim that crashed before its rename: the store itself is intact.
+        try? FileManager.default.removeItem(atPath: scratch)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        guard mkdir(scratch, 0o755) == 0 else {
+            throw StrataError(.io, "cannot create '\(scratch)': \(String(cString: strerror(errno)))")
+        }
+        let before = try fileSize(data)
+        try mappingStorageErrors {
+            var options = EnvironmentOptions()
+            options.maxDatabases = 16
+            options.mapSize = max(before, 1 << 20)
+            // Scoped so the environment is closed before its file is replaced.
+            try Environment(path: path, options: options).copy(to: scratch, compact: true)
+        }
+        try syncFile(scratch + "/data.mdb")
+        guard rename(scratch + "/data.mdb", data) == 0 else {
+            throw StrataError(.io, "cannot move the compacted copy over '\(data)': \(String(cString: strerror(errno)))")
+        }
+        try syncFile(path)
+        // The reader table describes the old file; nobody has it open, so LMDB makes a new one.
+        try? FileManager.default.removeItem(atPath: path + "/lock.mdb")
+        return (before, try fileSize(data))
+    }
+
+    /// Opens `strata.lock` in `folder` and takes a shared (open stores) or exclusive
+    /// (``reclaimSpace(at:)``, without waiting) `flock` on it. Returns the descriptor holding it.
+    static func lockFolder(_ folder: String, exclusive: Bool) throws(StrataError) -> Int32 {
+        let fd = open(folder + "/strata.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            throw StrataError(.io, "cannot open '\(folder)/strata.lock': \(String(cString: strerror(errno)))")
+        }
+        while flock(fd, exclusive ? LOCK_EX | LOCK_NB : LOCK_SH) != 0 {
+            let error = errno
+            if error == EINTR { continue }
+            close(fd)
+            if error == EWOULDBLOCK {
+                throw StrataError(.busy, "the store at '\(folder)' is open (in this or another process); close every Store on it first")
+            }
+            throw StrataError(.io, "cannot lock '\(folder)/strata.lock': \(String(cString: strerror(error)))")
+        }
+        return fd
+    }
+
+    private static func fileSize(_ path: String) throws(StrataError) -> Int {
+        var st = stat()
+        guard stat(path, &st) == 0 else { throw StrataError(.io, "cannot stat '\(path)': \(String(cString: strerror(errno)))") }
+        return Int(st.st_size)
+    }
+
+    /// `fsync` on a file or folder (a folder's, so that a rename in it is durable).
+    private static func syncFile(_ path: String) throws(StrataError) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0, fsync(fd) == 0 else {
+            let message = String(cString: strerror(errno))
+            if fd >= 0 { close(fd) }
+            throw StrataError(.io, "cannot sync '\(path)': \(message)")
+        }
+        close(fd)
+    }
+}
