@@ -371,6 +371,38 @@ func withTemporaryFolderAsync<R>(_ body: (String) async throws -> R) async throw
     }
 }
 
+extension StaleAckTests {
+    /// As above with the server winning, so that after the merge no row is pending: compaction
+    /// could then fold the merge away, and the cached ok would look current. The in-flight batch
+    /// pins the log after its freeze point, so the merge stays visible to the acknowledgement.
+    @Test func compactionKeepsWhatAnInFlightBatchsAckMustSee() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            server.write("tasks", key: 2, ["title": "r2", "priority": 0, "done": false, "notes": nil])
+            let sync = SyncClient(store: store, policy: .serverWins)
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.update("tasks", key: 2, ["title": "mine"]) }
+            let batch = try #require(try sync.nextBatch())
+            let frozenAt = try await store.read { try $0.lastLSN }
+            #expect(try await store.read { try $0.logPins }.values.contains(frozenAt))
+            _ = try await server.push(batch)  // applied; the response is lost
+            server.write("tasks", key: 2, ["title": "back office", "priority": 0, "done": false, "notes": nil])
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+            let compaction = try store.compact()
+            #expect(compaction.horizon == frozenAt && compaction.heldBy?.hasPrefix("pin:") == true)
+            let report = try sync.acknowledge(try await server.push(batch))  // the cached ok
+            #expect(report.superseded == 1)
+            let row = try #require(try await store.read { try $0.row("tasks", key: 2) })
+            #expect(row["title"] == "back office" && row.status == .unchanged)
+            // Acknowledged: the pin is gone and everything folds.
+            #expect(try await store.read { try $0.logPins }.isEmpty)
+            #expect(try store.compact().horizon == (try await store.read { try $0.lastLSN }))
+            #expect(try store.verify().isConsistent)
+        }
+    }
+}
+
 @Suite struct BatchSizeTests {
     @Test func batchesRespectTheByteLimitAndCarryEverythingOnce() throws {
         try withTemporaryFolder { path in

@@ -170,6 +170,10 @@ final class TestServer {
             for c in clients where g.below(2) == 0 {
                 try Self.syncCycle(c, server, &g, context: "epoch \(epoch)")
             }
+            // Compaction now and then, mid-conversation: it must lose nothing either.
+            for c in clients where g.below(4) == 0 {
+                try c.store.compact(retaining: .operations(g.below(30)))
+            }
         }
         // Everyone syncs until nothing is pending and nothing new arrives.
         var quiet = false
