@@ -167,16 +167,21 @@ public final class Store: Sendable {
     public func write<R>(_ body: (Transaction) throws -> R) throws -> R {
         var committedCatalog: Catalog?
         var notification: CommitNotification?
-        let result = try Store.mappingStorageErrors {
-            try env.write { txn in
-                let tx = try Transaction(store: self, txn: txn, catalog: try currentCatalog(txn))
-                defer { tx.close() }
-                let r = try body(tx)
-                try tx.finish()
-                committedCatalog = tx.catalogChanged ? tx.catalog : nil
-                notification = tx.notification
-                return r
+        let result: R
+        do {
+            result = try Store.mappingStorageErrors {
+                try env.write { txn in
+                    let tx = try Transaction(store: self, txn: txn, catalog: try currentCatalog(txn))
+                    defer { tx.close() }
+                    let r = try body(tx)
+                    try tx.finish()
+                    committedCatalog = tx.catalogChanged ? tx.catalog : nil
+                    notification = tx.notification
+                    return r
+                }
             }
+        } catch let error as StrataError where error.code == .storage {
+            throw diagnoseWriteFailure(error)
         }
         if let committedCatalog { publish(committedCatalog) }
         // After the commit: nothing is told about a transaction that rolled back.
@@ -216,8 +221,31 @@ public final class Store: Sendable {
         try Store.mappingStorageErrors { try env.sync() }
     }
 
+    /// Reader slots left by processes that died mid-read, cleared when this store was opened
+    /// (`mdb_reader_check`). Such slots would keep old pages from reuse and use up
+    /// ``StoreOptions/maxReaders``.
+    public var staleReadersCleared: Int { env.staleReadersCleared }
+
     /// Bytes in use in the store's file.
     public var sizeInBytes: Int { env.usedBytes }
+
+    /// A commit cut short by a full disk (or the file size limit) fails in LMDB with `EIO` when
+    /// part of a page was written: LMDB reports a short write that way. Such a failure is
+    /// reported as `diskFull` when the disk has under 1 MiB free or the file is within 1 MiB of
+    /// the process's file size limit; any other `EIO` stays a `storage` error.
+    private func diagnoseWriteFailure(_ error: StrataError) -> StrataError {
+        guard let cause = error.cause as? LMDBError, cause.code == EIO else { return error }
+        let slack: UInt64 = 1 << 20
+        var fs = statvfs()
+        let diskFull = statvfs(path, &fs) == 0 && UInt64(fs.f_bavail) * UInt64(fs.f_frsize) < slack
+        var limit = rlimit()
+        var st = stat()
+        let atLimit = getrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 && limit.rlim_cur != rlim_t.max
+            && stat(path + "/data.mdb", &st) == 0 && UInt64(st.st_size) + slack >= UInt64(limit.rlim_cur)
+        guard diskFull || atLimit else { return error }
+        let what = diskFull ? "the disk is full" : "the disk is full (the store's file reached the process's file size limit)"
+        return StrataError(.diskFull, "\(what): the write was rolled back and the store is unchanged; free space and retry", cause: cause)
+    }
 
     // MARK: Catalog
 

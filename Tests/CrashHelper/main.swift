@@ -2,17 +2,52 @@ import Foundation
 import Strata
 import StrataSync
 
-// A process that writes to a store until it is killed, for the crash tests. Usage:
-//   strata-crash-helper <store> <full|noMetaSync|noSync> <seed>
-// Each iteration is one write transaction: it inserts `parts` rows tagged with the iteration
-// number and sets the counter row (id 0) to it; every few iterations it also merges a server
-// delta and freezes and acknowledges an upload batch. After each commit it prints "C <n>".
+// A helper process for the crash, disk-full and reader-slot tests.
+//
+//   strata-crash-helper <store> <full|noMetaSync|noSync> <seed> [<file size limit in bytes>]
+//     Writes until killed. Each iteration is one write transaction: it inserts `parts` rows
+//     tagged with the iteration number and sets the counter row (id 0) to it; every few
+//     iterations it also merges a server delta, freezes and acknowledges an upload batch, or
+//     compacts the log. After each commit it prints "C <n>". With a file size limit
+//     (RLIMIT_FSIZE, standing in for a full disk), the first failed write prints
+//     "E <code> <message>" and the process exits 0 after one more attempt.
+//
+//   strata-crash-helper read-and-wait <store> <max readers>
+//     Opens the store, begins a read transaction, prints "R", and waits to be killed.
+//
+//   strata-crash-helper check-readers <store> <max readers>
+//     Opens the store, prints "S <stale reader slots cleared on open>", reads, prints "OK".
 
 let arguments = CommandLine.arguments
-guard arguments.count == 4, let durability = Durability(rawValue: arguments[2]), var state = UInt64(arguments[3]) else {
-    FileHandle.standardError.write(Data("usage: strata-crash-helper <store> <full|noMetaSync|noSync> <seed>\n".utf8))
+func usage() -> Never {
+    FileHandle.standardError.write(Data("usage: strata-crash-helper <store> <full|noMetaSync|noSync> <seed> [<file size limit>] | read-and-wait <store> <max readers> | check-readers <store> <max readers>\n".utf8))
     exit(64)
 }
+func say(_ line: String) {
+    // Written straight to the pipe (no buffering): the test reads what happened so far.
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+if arguments.count == 4, arguments[1] == "read-and-wait" || arguments[1] == "check-readers", let readers = UInt32(arguments[3]) {
+    var options = StoreOptions()
+    options.maxReaders = readers
+    options.createIfMissing = false
+    let store = try Store(path: arguments[2], options: options)
+    if arguments[1] == "check-readers" {
+        say("S \(store.staleReadersCleared)")
+        _ = try store.read { try $0.lastLSN }
+        say("OK")
+        exit(0)
+    }
+    try store.read { _ in
+        say("R")
+        while true { sleep(60) }
+    }
+}
+
+guard arguments.count == 4 || arguments.count == 5, let durability = Durability(rawValue: arguments[2]), var state = UInt64(arguments[3]) else { usage() }
+let fileLimit = arguments.count == 5 ? UInt64(arguments[4]) : nil
+if arguments.count == 5 && fileLimit == nil { usage() }
 func random() -> UInt64 {
     state &+= 0x9E37_79B9_7F4A_7C15
     var z = state
@@ -27,11 +62,19 @@ options.durability = durability
 options.initialMapSize = 256 * 1024
 let store = try Store(path: arguments[1], options: options)
 try store.createTable(.fixed("crash", fields: [.int("id"), .int("txn"), .int("part"), .string("payload")]))
+if let fileLimit {
+    // Past the limit a write fails with EFBIG instead of killing the process with SIGXFSZ.
+    signal(SIGXFSZ, SIG_IGN)
+    var limit = rlimit(rlim_cur: rlim_t(fileLimit), rlim_max: rlim_t(fileLimit))
+    guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 else { fatalError("setrlimit failed") }
+}
 let sync = SyncClient(store: store, policy: .clientWins)
 let parts = 5
 var n = try store.read { try $0.row("crash", key: 0)?["txn"].intValue ?? 0 }
 if n == 0 { try store.write { try $0.insert("crash", ["id": 0, "txn": 0, "part": 0, "payload": ""]) } }
-while true {
+
+/// One iteration of the writer.
+@MainActor func iteration() throws {
     n += 1
     let payload = String(repeating: "x", count: Int(random() % 2000))
     try store.write { tx in
@@ -40,6 +83,7 @@ while true {
         }
         try tx.update("crash", key: 0, ["txn": .int(n)])
     }
+    say("C \(n)")
     if n % 4 == 0 {
         // A server change to an earlier row, merged in its own transaction.
         let target = Int64(1 + random() % UInt64(n)) * 100
@@ -51,6 +95,17 @@ while true {
         try sync.markSent(batch)
         try sync.acknowledge(BatchAck(batchID: batch.id, results: batch.changes.map { .ok($0.table, $0.key) }))
     }
-    // Written straight to the pipe (no buffering): the test reads what was committed.
-    FileHandle.standardOutput.write(Data("C \(n)\n".utf8))
+    if n % 10 == 0 { try store.compact(retaining: .operations(Int(random() % 60))) }
+}
+
+while true {
+    do {
+        try iteration()
+    } catch let error as StrataError where fileLimit != nil {
+        say("E \(error.code) \(error.message)")
+        // The store must still refuse cleanly, not crash, when asked again.
+        n -= 1
+        do { try iteration() } catch { say("E again") }
+        exit(0)
+    }
 }

@@ -95,3 +95,81 @@ import Glibc
         #expect(snapshots > 5 && last > 0)
     }
 }
+
+@Suite struct ResourceLimitTests {
+    /// Runs the crash helper to completion and returns its output lines.
+    static func runHelper(_ arguments: [String]) throws -> (status: Int32, lines: [String]) {
+        let process = Process()
+        process.executableURL = try CrashTests.helper()
+        process.arguments = arguments
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init))
+    }
+
+    /// A full disk, simulated with a file size limit (RLIMIT_FSIZE) on the writer: the write that
+    /// does not fit fails with `diskFull`, the process goes on (no crash), and the store holds
+    /// every transaction committed before it and nothing of the failed one.
+    @Test(arguments: ["full", "noSync"])
+    func aFullDiskFailsTheWriteAndLeavesTheStoreIntact(mode: String) throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-full-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let (status, lines) = try Self.runHelper([path, mode, "11", String(3 << 20)])
+        #expect(status == 0, "the writer crashed: \(lines.suffix(3))")
+        let committed = lines.compactMap { $0.hasPrefix("C ") ? Int($0.dropFirst(2)) : nil }.last ?? 0
+        #expect(committed > 10, "the writer committed too little before the disk filled")
+        let failure = try #require(lines.first { $0.hasPrefix("E ") }, "no write failed: \(lines.suffix(3))")
+        #expect(failure.hasPrefix("E diskFull the disk is full"), "\(failure)")
+
+        let store = try Store(path: path)
+        #expect(try store.verify().isConsistent)
+        let counter = Int(try store.read { try $0.row("crash", key: 0)?["txn"].intValue ?? -1 })
+        #expect(counter == committed)
+        let rows = try store.read { try $0.rows("crash", includingDeleted: true) }
+        var parts: [Int: Int] = [:]
+        for row in rows where row.key != 0 { parts[Int(row["txn"].intValue!), default: 0] += 1 }
+        #expect((1...counter).allSatisfy { parts[$0] == 5 } && parts.keys.allSatisfy { $0 <= counter })
+        // With room again, the store takes writes.
+        try store.write { try $0.update("crash", key: 0, ["payload": "after"]) }
+        #expect(try store.verify().isConsistent)
+    }
+}
+
+@Suite struct ReaderSlotTests {
+    /// Processes killed while reading leave their reader slots taken (each slot names its
+    /// process). While another process keeps the store open, LMDB does not notice: the slots stay
+    /// taken and pin old pages. The next `Store` opened clears exactly those slots.
+    @Test func slotsOfKilledReadersAreClearedOnOpen() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-readers-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let keeper = try Store(path: path)
+        try keeper.createTable(.fixed("t", fields: [.int("id")]))
+        // All readers at once: each opener clears the slots of dead processes it finds.
+        var processes: [Process] = []
+        for _ in 0..<3 {
+            let process = Process()
+            process.executableURL = try CrashTests.helper()
+            process.arguments = ["read-and-wait", path, "126"]
+            let out = Pipe()
+            process.standardOutput = out
+            try process.run()
+            // Killed only once its read transaction holds a slot.
+            let line = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
+            #expect(line.hasPrefix("R"), "the reader did not start: \(line)")
+            processes.append(process)
+        }
+        for p in processes {
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+        }
+        let (status, lines) = try ResourceLimitTests.runHelper(["check-readers", path, "126"])
+        #expect(status == 0 && lines == ["S 3", "OK"], "got \(lines)")
+        // Cleared for good: the next opener finds none.
+        let (_, again) = try ResourceLimitTests.runHelper(["check-readers", path, "126"])
+        #expect(again == ["S 0", "OK"], "got \(again)")
+        _ = keeper
+    }
+}
