@@ -18,6 +18,8 @@ struct InfoCommand: ParsableCommand {
         var clientID: String
         var formatVersion: UInt64
         var logLength: UInt64
+        /// Operations up to this LSN were folded into the base snapshot by compaction.
+        var horizon: UInt64
         var tables: [Table]
         var pendingRows: Int
         var conflicts: Int
@@ -31,7 +33,7 @@ struct InfoCommand: ParsableCommand {
             let info = try store.read { snap in
                 let pending = try snap.pendingRows()
                 return Info(
-                    path: store.path, clientID: store.clientID, formatVersion: Store.formatVersion, logLength: try snap.lastLSN,
+                    path: store.path, clientID: store.clientID, formatVersion: Store.formatVersion, logLength: try snap.lastLSN, horizon: try snap.horizon,
                     tables: try snap.tables.map { t in
                         Info.Table(
                             name: t.name, mode: t.mode.rawValue, primaryKey: t.primaryKey,
@@ -46,7 +48,7 @@ struct InfoCommand: ParsableCommand {
             if output.json { return try printJSON(info) }
             print("store      \(info.path)")
             print("client     \(info.clientID)")
-            print("log        \(info.logLength) operations")
+            print("log        \(info.logLength) operations" + (info.horizon > 0 ? " (compacted through LSN \(info.horizon))" : ""))
             print("pending    \(info.pendingRows) rows (\(info.conflicts) conflicted)")
             print("anchor     \(info.anchor ?? "none")")
             print("size       \(info.sizeBytes / 1024) KiB")

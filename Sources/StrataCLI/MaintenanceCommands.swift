@@ -22,6 +22,63 @@ struct RebuildCommand: ParsableCommand {
     }
 }
 
+struct CompactCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "compact",
+        abstract: "Fold old, acknowledged operations into the base snapshot; optionally shrink the file.",
+        discussion: """
+            Keeps every operation a limit names (and everything pending or pinned); with no \
+            limit, folds everything that may be folded. History and time travel before the new \
+            horizon are gone afterwards. --reclaim then rewrites the file without its free pages; \
+            it needs the store closed everywhere.
+            Example:
+              strata compact store --keep-operations 100000 --keep-days 30 --reclaim
+            """
+    )
+    @OptionGroup var target: StoreArgument
+    @OptionGroup var output: OutputOptions
+    @Option(help: "Keep at least this many of the last operations.") var keepOperations: Int?
+    @Option(help: "Keep every operation younger than this many days.") var keepDays: Double?
+    @Option(help: "Keep every operation after this LSN.") var keepAfter: UInt64?
+    @Flag(help: "Shrink the file afterwards (the store must not be open anywhere else).") var reclaim = false
+
+    struct Report: Encodable {
+        var foldedOperations: Int
+        var horizon: UInt64
+        var remainingOperations: Int
+        var baseRows: Int
+        var heldBy: String?
+        var fileBytesBefore: Int?
+        var fileBytesAfter: Int?
+    }
+
+    func validate() throws {
+        if let keepOperations, keepOperations < 0 { throw ValidationError("--keep-operations takes a count from 0") }
+        if let keepDays, !(keepDays >= 0 && keepDays.isFinite) { throw ValidationError("--keep-days takes a number of days from 0") }
+    }
+
+    func run() throws {
+        try reportingErrors {
+            let retention = Retention(operations: keepOperations, age: keepDays.map { $0 * 86_400 }, after: keepAfter)
+            let report: CompactionReport
+            do {
+                // Scoped: the store must be closed before its file is swapped.
+                let store = try target.open()
+                report = try store.compact(retaining: retention)
+            }
+            var sizes: (before: Int, after: Int)? = nil
+            if reclaim { sizes = try Store.reclaimSpace(at: target.store) }
+            if output.json {
+                return try printJSON(Report(
+                    foldedOperations: report.foldedOperations, horizon: report.horizon, remainingOperations: report.remainingOperations,
+                    baseRows: report.baseRows, heldBy: report.heldBy, fileBytesBefore: sizes?.before, fileBytesAfter: sizes?.after))
+            }
+            print(report)
+            if let sizes { print("file: \(sizes.before / 1024) KiB → \(sizes.after / 1024) KiB") }
+        }
+    }
+}
+
 struct VerifyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",

@@ -13,7 +13,7 @@ struct StrataCommand: ParsableCommand {
         version: "0.1.0",
         subcommands: [
             DemoCommand.self, InfoCommand.self, ShowCommand.self, LogCommand.self, HistoryCommand.self,
-            PendingCommand.self, ConflictsCommand.self, MergeCommand.self, RebuildCommand.self,
+            PendingCommand.self, ConflictsCommand.self, MergeCommand.self, CompactCommand.self, RebuildCommand.self,
             VerifyCommand.self, ReplayCommand.self, ExportCommand.self, ImportCommand.self, CopyCommand.self,
             BenchCommand.self,
         ]

@@ -120,6 +120,23 @@ func json(_ text: String) throws -> Any {
         }
     }
 
+    @Test func compactFoldsWhatIsAcknowledgedAndReclaimNeedsTheStoreClosed() throws {
+        try withPreparedStore { path, _ in
+            // Operations 1–8 (inserts and their acknowledgements) fold; 9 on are pending.
+            let r = try runStrata(["compact", path, "--json"])
+            let report = try #require(try json(r.out) as? [String: Any], "\(r.err)")
+            #expect(report["horizon"] as? Int == 8 && report["foldedOperations"] as? Int == 8 && report["heldBy"] as? String == "pending")
+            #expect(try runStrata(["info", path]).out.contains("compacted through LSN 8"))
+            #expect(try runStrata(["verify", path]).status == 0)
+            let past = try runStrata(["show", path, "tasks", "--as-of", "5"])
+            #expect(past.status == 2 && past.err.contains("compacted through LSN 8"), "\(past.err)")
+            // This test holds the store open, so the file cannot be swapped.
+            let busy = try runStrata(["compact", path, "--reclaim"])
+            #expect(busy.status == 2 && busy.err.contains("is open"), "\(busy.err)")
+            #expect(try runStrata(["compact", path, "--keep-operations", "-1"]).status == 64)
+        }
+    }
+
     @Test func badInputIsOneLineAndANonZeroStatus() throws {
         try withPreparedStore { path, store in
             let notAStore = path + "-nothing"

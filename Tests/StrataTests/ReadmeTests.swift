@@ -54,3 +54,41 @@ import Testing
         }
     }
 }
+
+extension ReadmeTests {
+    /// The README's compaction example, verbatim apart from the setup.
+    @Test func compactionExample() throws {
+        try withTemporaryFolder { folder in
+            do {
+                let store = try Store(path: folder)
+                try store.createTable(.fixed("tasks", fields: [.int("id"), .string("title")]))
+                try store.write { tx in
+                    for i in 0..<6_000 {
+                        try tx.upsert("tasks", ["id": .int(Int64(i % 10)), "title": .string("v\(i)")])
+                        try tx.acknowledge("tasks", key: RowKey(.int(Int64(i % 10))))
+                    }
+                }
+                // --- README compaction begins ---
+                // Fold everything but the last 10,000 operations (also: Retention(age:), .after(lsn), combined).
+                let report = try store.compact(retaining: .operations(10_000))
+                print(report)   // folded 2000 operations; horizon 0 → 2000; 10000 operations left in the log, …
+
+                let horizon = try store.read { try $0.horizon }                 // 2000: the log starts after it
+                let recent = try store.read { try $0.history("tasks", key: 7) }  // the operations after the horizon
+                // Time travel before the horizon throws StrataError with code .compacted.
+                // --- README compaction pauses ---
+                #expect(report.foldedOperations == 2_000 && report.remainingOperations == 10_000)
+                #expect(horizon == 2_000 && recent.allSatisfy { $0.lsn > 2_000 } && !recent.isEmpty)
+                let e = #expect(throws: StrataError.self) { try store.read { try $0.row("tasks", key: 7, asOf: 5) } }
+                #expect(e?.code == .compacted)
+            }
+            let before = try FileManager.default.attributesOfItem(atPath: folder + "/data.mdb")[.size] as! Int
+            // --- README compaction resumes ---
+            // Later, with every Store on the folder closed, give the space back to the disk:
+            try Store.reclaimSpace(at: folder)
+            // --- README compaction ends ---
+            let after = try FileManager.default.attributesOfItem(atPath: folder + "/data.mdb")[.size] as! Int
+            #expect(after < before)
+        }
+    }
+}
