@@ -110,6 +110,7 @@ public final class Store: Sendable {
         }
         let opened: (Views, String, Catalog)
         do {
+            try Store.checkFileLength(env, path: path)
             opened = try Store.open(env, path: path)
         } catch {
             close(lockFD)
@@ -120,6 +121,18 @@ public final class Store: Sendable {
     }
 
     deinit { close(lockFD) }
+
+    /// Refuses a file shorter than its own last page says: LMDB maps the file and would read
+    /// past its end (a SIGBUS, not an error) at the first touch of a missing page.
+    private static func checkFileLength(_ env: Environment, path: String) throws(StrataError) {
+        var st = stat()
+        guard stat(path + "/data.mdb", &st) == 0 else {
+            throw StrataError(.io, "cannot stat '\(path)/data.mdb': \(String(cString: strerror(errno)))")
+        }
+        guard Int(st.st_size) >= env.usedBytes else {
+            throw StrataError(.corruptRecord, "the store's file '\(path)/data.mdb' is truncated: it holds \(st.st_size) bytes, but its pages reach \(env.usedBytes); restore it from a copy")
+        }
+    }
 
     /// In one write transaction: opens the databases, initializes a new store or migrates an
     /// older one, and reads the client id and catalog.

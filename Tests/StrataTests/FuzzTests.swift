@@ -100,3 +100,58 @@ import Testing
         }
     }
 }
+
+/// A store file damaged on disk is reported on open or by `verify()`, never read as if whole.
+@Suite struct DamagedFileTests {
+    /// A small store, copied compacted (so every page of the file is live) into `body`'s folder.
+    static func withDamageableCopy(_ body: (String, [UInt8]) throws -> Void) throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.write { tx in
+                for i in 0..<300 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string("MARKER-\(i)-" + String(repeating: "x", count: 40))]) }
+            }
+            try withTemporaryFolder { copy in
+                try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
+                try store.copy(to: copy, compact: true)
+                try body(copy, Array(try Data(contentsOf: URL(fileURLWithPath: copy + "/data.mdb"))))
+            }
+        }
+    }
+
+    @Test(arguments: [0.95, 0.5, 0.1])
+    func aTruncatedFileIsRefusedOnOpen(keeping fraction: Double) throws {
+        try Self.withDamageableCopy { path, bytes in
+            try Data(bytes.prefix(Int(Double(bytes.count) * fraction))).write(to: URL(fileURLWithPath: path + "/data.mdb"))
+            let e = #expect(throws: StrataError.self) { try Store(path: path) }
+            #expect(e?.code == .corruptRecord && e?.message.contains("truncated") == true, "\(String(describing: e))")
+        }
+    }
+
+    @Test func aFileShorterThanItsHeaderIsRefused() throws {
+        try Self.withDamageableCopy { path, bytes in
+            try Data(bytes.prefix(100)).write(to: URL(fileURLWithPath: path + "/data.mdb"))
+            let e = #expect(throws: StrataError.self) { try Store(path: path) }
+            #expect(e?.message.contains("not an LMDB file") == true, "\(String(describing: e))")
+        }
+    }
+
+    /// A byte changed inside a stored value (a row's or an operation's copy of a title): the
+    /// views no longer equal the fold of the log, and `verify()` says so.
+    @Test func aChangedValueIsFoundByVerify() throws {
+        try Self.withDamageableCopy { path, bytes in
+            let marker = Array("MARKER-17-".utf8)
+            let offsets = (0...(bytes.count - marker.count)).filter { bytes[$0..<$0 + marker.count].elementsEqual(marker) }
+            // One copy in the `rows` record, one in the operation.
+            #expect(offsets.count == 2)
+            for offset in offsets {
+                var damaged = bytes
+                damaged[offset + marker.count + 3] ^= 0x01  // an "x" becomes a "y"
+                try Data(damaged).write(to: URL(fileURLWithPath: path + "/data.mdb"))
+                let store = try Store(path: path)
+                let report = try store.verify()
+                #expect(!report.isConsistent)
+                #expect(report.differences.map(\.description) == ["rows: tasks 17 different"], "\(report)")
+            }
+        }
+    }
+}
