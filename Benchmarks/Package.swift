@@ -19,6 +19,7 @@ let package = Package(
             dependencies: [
                 "CSQLite",
                 .product(name: "Strata", package: "Strata"),
+                .product(name: "StrataSync", package: "Strata"),
                 .product(name: "StrataWorkload", package: "Strata"),
             ]
         ),

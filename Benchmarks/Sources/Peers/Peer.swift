@@ -1,4 +1,5 @@
 import Foundation
+import Strata
 import StrataWorkload
 
 /// A system measured on the reference workload: Strata or one of the SQLite peers.
@@ -19,4 +20,30 @@ public protocol Peer: AnyObject {
     func rebuildAndCheck() throws -> Bool
     /// Bytes on disk.
     var sizeOnDisk: Int { get }
+    /// Time travel: row `id`'s values (in ``ReferenceWorkload/columns`` order) right after the
+    /// first `edits` edits, `nil` when it did not exist then. `edits` is a multiple of the batch
+    /// size (a transaction boundary). `.none` when the system keeps no history (plain SQLite).
+    func row(_ id: Int64, afterEdits edits: Int, batch: Int) throws -> [Value]??
+    /// The merge phase's local edits: a new title on rows 1…`count`, in one transaction.
+    func editTitles(_ count: Int) throws
+    /// Merges `delta` (the merge phase's server rows, see ``MergeWorkload``), server wins on
+    /// conflicts; returns false when the system has no merge.
+    func merge(_ delta: MergeWorkload) throws -> Bool
+}
+
+/// The merge phase: after the preload, the device edits the title of rows 1…`pending`; then a
+/// server delta arrives with every preloaded row's priority changed, and for rows 1…`conflicting`
+/// a different title too (a conflict, which the server wins).
+public struct MergeWorkload: Sendable {
+    public let rows: Int
+    public let pending: Int
+    public let conflicting: Int
+    public init(rows: Int, pending: Int, conflicting: Int) {
+        self.rows = rows
+        self.pending = pending
+        self.conflicting = conflicting
+    }
+    public func serverPriority(_ id: Int64) -> Int64 { id % 5 == 4 ? 0 : id % 5 + 1 }
+    public func serverTitle(_ id: Int64) -> String? { id <= Int64(conflicting) ? "server \(id)" : nil }
+    public static func localTitle(_ id: Int64) -> String { "local \(id)" }
 }

@@ -101,4 +101,15 @@ final class SQLiteDatabase {
         default: .null
         }
     }
+
+    /// A `sqlite3_value` (from a changeset) as a ``Value``.
+    static func value(_ v: OpaquePointer) -> Value {
+        switch sqlite3_value_type(v) {
+        case SQLITE_INTEGER: .int(sqlite3_value_int64(v))
+        case SQLITE_FLOAT: .double(sqlite3_value_double(v))
+        case SQLITE_TEXT: .string(String(cString: sqlite3_value_text(v)))
+        case SQLITE_BLOB: .bytes(Array(UnsafeRawBufferPointer(start: sqlite3_value_blob(v), count: Int(sqlite3_value_bytes(v)))))
+        default: .null
+        }
+    }
 }

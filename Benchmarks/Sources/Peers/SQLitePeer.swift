@@ -53,6 +53,12 @@ public final class SQLitePeer: Peer {
             let cols = ReferenceWorkload.columns
             let oldNew = cols.map { "old_\($0), new_\($0)" }.joined(separator: ", ")
             try db.exec("CREATE TABLE changelog (seq INTEGER PRIMARY KEY, op TEXT, id INTEGER, \(oldNew))")
+            try createTriggers(db)
+        }
+    }
+
+    static func createTriggers(_ db: SQLiteDatabase) throws {
+            let cols = ReferenceWorkload.columns
             let newCols = cols.map { "new_\($0)" }.joined(separator: ", ")
             let oldCols = cols.map { "old_\($0)" }.joined(separator: ", ")
             try db.exec("""
@@ -66,7 +72,6 @@ public final class SQLitePeer: Peer {
                   INSERT INTO changelog (op, id, \(oldCols)) VALUES ('d', old.id, \(cols.map { "old.\($0)" }.joined(separator: ", ")));
                 END;
                 """)
-        }
     }
 
     public func prepare(_ workload: ReferenceWorkload) { self.workload = workload }
@@ -218,6 +223,112 @@ public final class SQLitePeer: Peer {
         let a = try db.digest("SELECT * FROM tasks ORDER BY id")
         let b = try fresh.digest("SELECT * FROM tasks ORDER BY id")
         return a == b
+    }
+
+    // MARK: Time travel
+
+    /// Trigger: the row's last change-log entry at or before the point (the log has no index on
+    /// `id`, as in the edit phase: an index would slow every edit). Session: the row folded from
+    /// the changesets up to the point.
+    public func row(_ id: Int64, afterEdits edits: Int, batch: Int) throws -> [Value]?? {
+        switch kind {
+        case .plain: return nil
+        case .trigger:
+            // Change-log sequence numbers: the preload's inserts, then one entry per edit.
+            let seq = preloadSeq + Int64(edits)
+            var result: [Value]? = nil
+            try db.query("SELECT op, \(ReferenceWorkload.columns.map { "new_\($0)" }.joined(separator: ", ")) FROM changelog WHERE id = \(id) AND seq <= \(seq) ORDER BY seq DESC LIMIT 1") { stmt in
+                if sqlite3_column_text(stmt, 0)![0] != UInt8(ascii: "d") { result = (0..<5).map { SQLiteDatabase.column(stmt, Int32(1 + $0)) } }
+            }
+            return .some(result)
+        case .session:
+            // Changesets: the preload's, then one per transaction of `batch` edits.
+            var row: [Value]? = nil
+            try db.query("SELECT data FROM changesets WHERE seq <= \(preloadSeq + Int64(edits / batch)) ORDER BY seq") { stmt in
+                var iter: OpaquePointer?
+                try db.check(sqlite3changeset_start(&iter, sqlite3_column_bytes(stmt, 0), UnsafeMutableRawPointer(mutating: sqlite3_column_blob(stmt, 0))), "sqlite3changeset_start")
+                defer { sqlite3changeset_finalize(iter) }
+                while sqlite3changeset_next(iter) == SQLITE_ROW {
+                    var table: UnsafePointer<CChar>?
+                    var columns: Int32 = 0
+                    var op: Int32 = 0
+                    var indirect: Int32 = 0
+                    sqlite3changeset_op(iter, &table, &columns, &op, &indirect)
+                    var key: OpaquePointer?
+                    sqlite3changeset_old(iter, 0, &key)
+                    if op == SQLITE_INSERT { sqlite3changeset_new(iter, 0, &key) }
+                    guard sqlite3_value_int64(key) == id else { continue }
+                    switch op {
+                    case SQLITE_DELETE: row = nil
+                    default:
+                        var values = row ?? Array(repeating: .null, count: 5)
+                        for c in 0..<5 {
+                            var v: OpaquePointer?
+                            // An update carries new values only for the columns it changed.
+                            if sqlite3changeset_new(iter, Int32(c + 1), &v) == SQLITE_OK, let v { values[c] = SQLiteDatabase.value(v) }
+                        }
+                        row = values
+                    }
+                }
+            }
+            return .some(row)
+        }
+    }
+
+    // MARK: Merge
+
+    public func editTitles(_ count: Int) throws {
+        try transaction {
+            let stmt = updates[0]!
+            for id in 1...Int64(count) {
+                SQLiteDatabase.bind(.string(MergeWorkload.localTitle(id)), to: stmt, at: 1)
+                sqlite3_bind_int64(stmt, 3, id)
+                try db.step(stmt)
+            }
+        }
+    }
+
+    /// The trigger peer merges the way an app on SQLite would: coalesce the change log since the
+    /// last sync to know each row's original values and changed columns, apply the server rows
+    /// with the triggers off (server values are not local edits), and rebase the pending log
+    /// entries of the fields the server won. The session peer has no merge here (its rebaser
+    /// would be the tool).
+    public func merge(_ w: MergeWorkload) throws -> Bool {
+        guard kind == .trigger else { return false }
+        try db.exec("BEGIN")
+        // Pending state: per row, its change-log entries and the columns they changed.
+        var pending: [Int64: (seqs: [Int64], changed: Set<Int>)] = [:]
+        try db.query("SELECT seq, id, \(ReferenceWorkload.columns.map { "old_\($0), new_\($0)" }.joined(separator: ", ")) FROM changelog WHERE seq > \(preloadSeq)") { stmt in
+            let id = sqlite3_column_int64(stmt, 1)
+            var entry = pending[id] ?? ([], [])
+            entry.seqs.append(sqlite3_column_int64(stmt, 0))
+            for c in 0..<5 where SQLiteDatabase.column(stmt, Int32(2 + c * 2)) != SQLiteDatabase.column(stmt, Int32(3 + c * 2)) { entry.changed.insert(c) }
+            pending[id] = entry
+        }
+        try db.exec("DROP TRIGGER tasks_insert; DROP TRIGGER tasks_update; DROP TRIGGER tasks_delete;")
+        let setPriority = try db.prepare("UPDATE tasks SET priority = ?1 WHERE id = ?2")
+        let setBoth = try db.prepare("UPDATE tasks SET priority = ?1, title = ?3 WHERE id = ?2")
+        let rebaseTitle = try db.prepare("UPDATE changelog SET old_title = ?1, new_title = ?1 WHERE seq = ?2")
+        for id in 1...Int64(w.rows) {
+            let local = pending[id]
+            // A server field the device did not change is taken; one it changed is a conflict,
+            // which the server wins.
+            let stmt = w.serverTitle(id) == nil ? setPriority : setBoth
+            sqlite3_bind_int64(stmt, 1, w.serverPriority(id))
+            sqlite3_bind_int64(stmt, 2, id)
+            if let title = w.serverTitle(id) { SQLiteDatabase.bind(.string(title), to: stmt, at: 3) }
+            try db.step(stmt)
+            if let title = w.serverTitle(id), let local, local.changed.contains(0) {
+                for seq in local.seqs {
+                    SQLiteDatabase.bind(.string(title), to: rebaseTitle, at: 1)
+                    sqlite3_bind_int64(rebaseTitle, 2, seq)
+                    try db.step(rebaseTitle)
+                }
+            }
+        }
+        try Self.createTriggers(db)
+        try db.exec("COMMIT")
+        return true
     }
 
     public var sizeOnDisk: Int {

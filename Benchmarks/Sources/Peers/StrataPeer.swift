@@ -1,5 +1,6 @@
 import Foundation
 import Strata
+import StrataSync
 import StrataWorkload
 
 /// Strata on the reference workload, with full durability.
@@ -61,6 +62,38 @@ public final class StrataPeer: Peer {
 
     public func rebuildAndCheck() throws -> Bool {
         try store.verify().isConsistent
+    }
+
+    public func row(_ id: Int64, afterEdits edits: Int, batch: Int) throws -> [Value]?? {
+        // LSNs: the preload's inserts, its acknowledgements, then one operation per edit.
+        let lsn = UInt64(2 * preloadFields.count + edits)
+        let row = try store.read { try $0.row("tasks", key: RowKey(.int(id)), asOf: lsn) }
+        return .some(row.map { r in ReferenceWorkload.columns.map { r[$0] } })
+    }
+
+    public func editTitles(_ count: Int) throws {
+        try store.write { tx in
+            for id in 1...Int64(count) { try tx.update("tasks", key: RowKey(.int(id)), ["title": .string(MergeWorkload.localTitle(id))]) }
+        }
+    }
+
+    /// The delta is built before the clock starts: a sync client receives it decoded.
+    public func makeDelta(_ w: MergeWorkload) -> ServerDelta {
+        var rows: [ServerRow] = []
+        rows.reserveCapacity(w.rows)
+        for id in 1...Int64(w.rows) {
+            var fields: [String: Value] = ["id": .int(id), "priority": .int(w.serverPriority(id))]
+            if let t = w.serverTitle(id) { fields["title"] = .string(t) }
+            rows.append(ServerRow(fields))
+        }
+        return ServerDelta(anchor: "bench", tables: [TableDelta("tasks", upserts: rows)])
+    }
+
+    public var delta: ServerDelta?
+
+    public func merge(_ w: MergeWorkload) throws -> Bool {
+        _ = try SyncClient(store: store, policy: .serverWins).merge(delta ?? makeDelta(w))
+        return true
     }
 
     public var sizeOnDisk: Int {

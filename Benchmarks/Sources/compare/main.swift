@@ -1,11 +1,12 @@
 import Foundation
 import Peers
+import Strata
 import StrataWorkload
 
 // Runs the reference workload (shared/bench/WORKLOAD.md) against Strata and the SQLite peers in
 // one process and prints every phase with Strata's ratio to each peer, as a Markdown table.
 //
-//   swift run -c release compare [--edits N] [--preload N] [--single N] [--batches 1000,100,1]
+//   swift run -c release compare [--edits N] [--preload N] [--single N] [--batches 1000,100,1] [--probes N]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 func option(_ name: String, _ fallback: Int, in arguments: [String] = arguments) -> Int {
@@ -15,6 +16,8 @@ func option(_ name: String, _ fallback: Int, in arguments: [String] = arguments)
 let editCount = option("edits", 1_000_000)
 let preloadCount = option("preload", 100_000)
 let singleCount = option("single", 10_000)
+let timeTravelProbes = option("probes", 20)
+var timeTravelAnswers: [[Value]?] = []
 let batches = (arguments.firstIndex(of: "--batches").map { arguments[$0 + 1] } ?? "1000,100,1").split(separator: ",").compactMap { Int($0) }
 
 func seconds(_ body: () throws -> Void) rethrows -> Double {
@@ -51,6 +54,7 @@ for batch in batches {
     var rebuild: [String: Double] = [:]
     var size: [String: Double] = [:]
     var memory: [String: Double] = [:]
+    var timeTravel: [String: Double] = [:]
     for system in systems {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("strata-compare-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: folder) }
@@ -76,6 +80,16 @@ for batch in batches {
             rebuild[system] = try seconds { ok = try peer.rebuildAndCheck() }
             precondition(ok, "\(system): the table rebuilt from the log differs from the live one")
             size[system] = Double(peer.sizeOnDisk) / 1_048_576
+            // Time travel: random rows as of random transaction boundaries; every system must
+            // return the same values as Strata.
+            var g = SplitMix64(seed: 7)
+            let probes = (0..<timeTravelProbes).map { _ in (Int64(1 + g.next() % UInt64(preloadCount)), batch * Int(g.next() % UInt64(count / batch + 1))) }
+            var answers: [[Value]?] = []
+            let t = try seconds { for (id, n) in probes { answers.append(try peer.row(id, afterEdits: n, batch: batch) ?? nil) } }
+            if system == "Strata" { timeTravelAnswers = answers } else {
+                precondition(answers == timeTravelAnswers, "\(system): time travel disagrees with Strata")
+            }
+            timeTravel[system] = t / Double(probes.count) * 1000
         }
         FileHandle.standardError.write("\(system) B=\(batch): \(Int(editRates[system]!)) edits/s\n".data(using: .utf8)!)
     }
@@ -88,8 +102,28 @@ for batch in batches {
         rows.append(Row(phase: "pending payload", unit: "s", higherIsBetter: false, values: payload))
         rows.append(Row(phase: "rebuild from the log + check", unit: "s", higherIsBetter: false, values: rebuild))
         rows.append(Row(phase: "size on disk", unit: "MiB", higherIsBetter: false, values: size))
+        rows.append(Row(phase: "time travel: a row as of an earlier point", unit: "ms", higherIsBetter: false, values: timeTravel))
     }
 }
+
+// Merge: a server delta of every preloaded row against 10% of them pending, all of those
+// conflicting (10% of the delta), server wins.
+let mergeWork = MergeWorkload(rows: preloadCount, pending: preloadCount / 10, conflicting: preloadCount / 10)
+var mergeTimes: [String: Double] = [:]
+for system in systems.dropLast() {
+    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("strata-compare-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: folder) }
+    let peer = try makePeer(system, folder)
+    peer.prepare(workload)
+    try peer.preload()
+    try peer.markPreloadSynced()
+    try peer.editTitles(mergeWork.pending)
+    if let strata = peer as? StrataPeer { strata.delta = strata.makeDelta(mergeWork) }
+    var merged = false
+    let t = try seconds { merged = try peer.merge(mergeWork) }
+    if merged { mergeTimes[system] = t }
+}
+rows.append(Row(phase: "merge: \(mergeWork.rows) server rows, \(mergeWork.pending) pending, \(mergeWork.conflicting) conflicting", unit: "s", higherIsBetter: false, values: mergeTimes))
 
 func format(_ v: Double?) -> String {
     guard let v else { return "–" }
