@@ -155,3 +155,35 @@ import Testing
         }
     }
 }
+
+/// Inputs that once failed, or sit on a decoder's edge, kept as regression tests. When a fuzz run
+/// finds a crash, its seed reproduces it; once fixed, the minimal input goes here.
+@Suite struct RegressionCorpusTests {
+    /// Bytes that no decoder may accept, with what each exercises.
+    static let malformedOperations: [(String, [UInt8])] = [
+        ("empty", []),
+        ("format byte only", [1]),
+        ("a newer operation format", [9, 0, 0, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0]),
+        ("a varint that never ends", [1, 0, 0] + Array(repeating: 0xFF, count: 11)),
+        ("a target longer than the record", [1, 0, 0, 0, 0, 0, 0x7F, 0, 0, 0, 1]),
+        ("a target shorter than a table id", [1, 0, 0, 0, 0, 0, 2, 0, 1, 0, 0, 0]),
+        ("an annotation longer than the record", [1, 0, 0, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0x40]),
+    ]
+
+    @Test(arguments: malformedOperations.indices)
+    func malformedOperationHeadersAreRefused(_ i: Int) {
+        let (what, bytes) = Self.malformedOperations[i]
+        #expect(throws: StrataError.self, "\(what)") { try withBytes(bytes) { (b) throws(StrataError) in _ = try OperationHeader(b) } }
+    }
+
+    @Test func malformedValuesAreRefused() {
+        for bytes: [UInt8] in [[], [0xFF], [0x7F, 1, 2], Array(repeating: 0xFF, count: 12)] {
+            #expect(throws: StrataError.self, "\(bytes)") { try withBytes(bytes) { (b) throws(StrataError) in _ = try Value(decoding: b) } }
+        }
+    }
+
+    /// Found by the query tests: comparing two nulls used to trap on a forced unwrap.
+    @Test func nullsCompareEqual() {
+        #expect(Value.order(.null, .null) == 0)
+    }
+}
