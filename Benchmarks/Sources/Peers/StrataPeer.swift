@@ -33,8 +33,16 @@ public final class StrataPeer: Peer {
         try store.write { tx in for i in 1...preloadFields.count { try tx.acknowledge("tasks", key: RowKey(.int(Int64(i)))) } }
     }
 
+    /// The log's last LSN after each `applyEdits` call, keyed by the edits applied so far: an
+    /// edit that changes nothing (a value set to what it is) logs no operation, so edits and
+    /// LSNs do not correspond one to one.
+    private var lsnAfter: [Int: UInt64] = [:]
+
     public func applyEdits(_ range: Range<Int>) throws {
-        try store.write { tx in for e in edits[range] { try e.apply(in: tx) } }
+        lsnAfter[range.upperBound] = try store.write { tx in
+            for e in edits[range] { try e.apply(in: tx) }
+            return try tx.snapshot.lastLSN
+        }
     }
 
     /// The pending rows are already coalesced (first originals, last currents, insert+delete
@@ -65,8 +73,8 @@ public final class StrataPeer: Peer {
     }
 
     public func row(_ id: Int64, afterEdits edits: Int, batch: Int) throws -> [Value]?? {
-        // LSNs: the preload's inserts, its acknowledgements, then one operation per edit.
-        let lsn = UInt64(2 * preloadFields.count + edits)
+        // Before any edit: the preload's inserts and their acknowledgements.
+        let lsn = edits == 0 ? UInt64(2 * preloadFields.count) : lsnAfter[edits]!
         let row = try store.read { try $0.row("tasks", key: RowKey(.int(id)), asOf: lsn) }
         return .some(row.map { r in ReferenceWorkload.columns.map { r[$0] } })
     }
