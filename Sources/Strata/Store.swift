@@ -125,12 +125,9 @@ public final class Store: Sendable {
     /// Refuses a file shorter than its own last page says: LMDB maps the file and would read
     /// past its end (a SIGBUS, not an error) at the first touch of a missing page.
     private static func checkFileLength(_ env: Environment, path: String) throws(StrataError) {
-        var st = stat()
-        guard stat(path + "/data.mdb", &st) == 0 else {
-            throw StrataError(.io, "cannot stat '\(path)/data.mdb': \(String(cString: strerror(errno)))")
-        }
-        guard Int(st.st_size) >= env.usedBytes else {
-            throw StrataError(.corruptRecord, "the store's file '\(path)/data.mdb' is truncated: it holds \(st.st_size) bytes, but its pages reach \(env.usedBytes); restore it from a copy")
+        let size = try fileSize(path + "/data.mdb")
+        guard size >= env.usedBytes else {
+            throw StrataError(.corruptRecord, "the store's file '\(path)/data.mdb' is truncated: it holds \(size) bytes, but its pages reach \(env.usedBytes); restore it from a copy")
         }
     }
 
@@ -252,9 +249,8 @@ public final class Store: Sendable {
         var fs = statvfs()
         let diskFull = statvfs(path, &fs) == 0 && UInt64(fs.f_bavail) * UInt64(fs.f_frsize) < slack
         var limit = rlimit()
-        var st = stat()
         let atLimit = getrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 && limit.rlim_cur != rlim_t.max
-            && stat(path + "/data.mdb", &st) == 0 && UInt64(st.st_size) + slack >= UInt64(limit.rlim_cur)
+            && (try? Store.fileSize(path + "/data.mdb")).map { UInt64($0) + slack >= UInt64(limit.rlim_cur) } == true
         guard diskFull || atLimit else { return error }
         let what = diskFull ? "the disk is full" : "the disk is full (the store's file reached the process's file size limit)"
         return StrataError(.diskFull, "\(what): the write was rolled back and the store is unchanged; free space and retry", cause: cause)

@@ -96,7 +96,7 @@ extension Store {
                 target = oldestPending - 1
                 heldBy = "pending"
             }
-            for (name, pin) in try Snapshot(txn: reader, views: views, catalog: tx.catalog).logPins where pin < target {
+            for (name, pin) in try tx.snapshot.logPins where pin < target {
                 target = pin
                 heldBy = "pin:" + name
             }

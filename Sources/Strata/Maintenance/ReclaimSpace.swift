@@ -66,7 +66,8 @@ extension Store {
         return fd
     }
 
-    private static func fileSize(_ path: String) throws(StrataError) -> Int {
+    /// The size of the file at `path`, in bytes.
+    static func fileSize(_ path: String) throws(StrataError) -> Int {
         var st = stat()
         guard stat(path, &st) == 0 else { throw StrataError(.io, "cannot stat '\(path)': \(String(cString: strerror(errno)))") }
         return Int(st.st_size)
