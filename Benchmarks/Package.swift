@@ -25,6 +25,8 @@ let package = Package(
         ),
         // `swift run -c release compare`: every phase, Strata against the peers, in one run.
         .executableTarget(name: "compare", dependencies: ["Peers"]),
+        // `swift run -c release profile <phase> <folder>`: one phase of Strata's side alone, for a profiler.
+        .executableTarget(name: "profile", dependencies: ["Peers"]),
         // package-benchmark: throughput and allocation counts, with thresholds kept in Thresholds/.
         .executableTarget(
             name: "StrataBenchmarks",

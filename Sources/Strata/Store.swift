@@ -37,6 +37,11 @@ public struct StoreOptions: Sendable {
     /// After every write, re-fold each touched row from its history and check it equals the
     /// live view (slow; meant for tests and debugging).
     public var checkInvariants: Bool = false
+    /// The memory `rebuild`, `verify` and `replay` may hold row states in, in bytes. They fold
+    /// the log through memory and write each row once, in key order; a store whose rows take
+    /// more is folded in several passes over its rows, each written through to the store.
+    /// Default: 256 MiB.
+    public var foldMemoryLimit: Int = 256 << 20
 
     public init() {}
 }

@@ -7,7 +7,7 @@ import StrataWorkload
 public final class StrataPeer: Peer {
     public let name = "Strata"
     let folder: String
-    let store: Store
+    public let store: Store
     private var preloadFields: [FieldValues] = []
     private var edits: [StrataEdit] = []
 
@@ -17,7 +17,7 @@ public final class StrataPeer: Peer {
         options.durability = durability
         options.initialMapSize = 1 << 30
         store = try Store(path: folder, options: options)
-        try store.createTable(ReferenceWorkload.schema)
+        if try store.tables.isEmpty { try store.createTable(ReferenceWorkload.schema) }
     }
 
     public func prepare(_ workload: ReferenceWorkload) {

@@ -7,6 +7,7 @@ import StrataWorkload
 // one process and prints every phase with Strata's ratio to each peer, as a Markdown table.
 //
 //   swift run -c release compare [--edits N] [--preload N] [--single N] [--batches 1000,100,1] [--probes N]
+//                                [--systems Strata,trigger,session,plain]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 func option(_ name: String, _ fallback: Int, in arguments: [String] = arguments) -> Int {
@@ -35,7 +36,11 @@ print("Durability: Strata .full (fdatasync per commit); SQLite WAL + synchronous
 
 struct Row { var phase: String; var unit: String; var higherIsBetter: Bool; var values: [String: Double] }
 var rows: [Row] = []
-let systems = ["Strata", "SQLite trigger", "SQLite session", "SQLite plain"]
+let allSystems = ["Strata", "SQLite trigger", "SQLite session", "SQLite plain"]
+// `--systems Strata,trigger` runs a subset (for profiling one system); the table keeps every column.
+let systems = (arguments.firstIndex(of: "--systems").map { arguments[$0 + 1] }).map { list in
+    allSystems.filter { s in list.split(separator: ",").contains { s.hasSuffix($0) } }
+} ?? allSystems
 
 func makePeer(_ name: String, _ folder: String) throws -> any Peer {
     switch name {
@@ -94,7 +99,7 @@ for batch in batches {
             let probes = (0..<timeTravelProbes).map { _ in (Int64(1 + g.next() % UInt64(preloadCount)), batch * Int(g.next() % UInt64(count / batch + 1))) }
             var answers: [[Value]?] = []
             let t = try seconds { for (id, n) in probes { answers.append(try peer.row(id, afterEdits: n, batch: batch) ?? nil) } }
-            if system == "Strata" { timeTravelAnswers = answers } else {
+            if system == "Strata" { timeTravelAnswers = answers } else if systems.contains("Strata") {
                 precondition(answers == timeTravelAnswers, "\(system): time travel disagrees with Strata")
             }
             timeTravel[system] = t / Double(probes.count) * 1000
@@ -119,7 +124,7 @@ for batch in batches {
 // conflicting (10% of the delta), server wins.
 let mergeWork = MergeWorkload(rows: preloadCount, pending: preloadCount / 10, conflicting: preloadCount / 10)
 var mergeTimes: [String: Double] = [:]
-for system in systems.dropLast() {
+for system in systems where system != "SQLite plain" {
     let folder = FileManager.default.temporaryDirectory.appendingPathComponent("strata-compare-\(UUID().uuidString)").path
     defer { try? FileManager.default.removeItem(atPath: folder) }
     let peer = try makePeer(system, folder)
@@ -138,13 +143,13 @@ func format(_ v: Double?) -> String {
     guard let v else { return "–" }
     return v >= 100 ? String(Int(v.rounded())) : String(format: "%.2f", v)
 }
-print("| phase | unit | " + systems.joined(separator: " | ") + " | Strata ÷ trigger | Strata ÷ session |")
-print("|---|---|" + systems.map { _ in "---:" }.joined(separator: "|") + "|---:|---:|")
+print("| phase | unit | " + allSystems.joined(separator: " | ") + " | Strata ÷ trigger | Strata ÷ session |")
+print("|---|---|" + allSystems.map { _ in "---:" }.joined(separator: "|") + "|---:|---:|")
 for r in rows {
     // Ratios read as "times better": rates divide Strata by the peer, times and sizes the peer by Strata.
     func ratio(_ peer: String) -> String {
         guard let s = r.values["Strata"], let p = r.values[peer], s > 0, p > 0 else { return "–" }
         return String(format: "%.2f×", r.higherIsBetter ? s / p : p / s)
     }
-    print("| \(r.phase) | \(r.unit) | " + systems.map { format(r.values[$0]) }.joined(separator: " | ") + " | \(ratio("SQLite trigger")) | \(ratio("SQLite session")) |")
+    print("| \(r.phase) | \(r.unit) | " + allSystems.map { format(r.values[$0]) }.joined(separator: " | ") + " | \(ratio("SQLite trigger")) | \(ratio("SQLite session")) |")
 }

@@ -202,30 +202,19 @@ extension Store {
         return folded
     }
 
-    /// Folds every row state of `base` (read through `reader`) into the views of `txn`, as
-    /// rebuild does before folding the log; with `copyBase`, also copies each into `txn`'s `base`.
+    /// Folds every row state of `base` (read through `reader`) into `fold`, as rebuild does
+    /// before folding the log; with `copyTo`, also copies each into that transaction's base.
     /// Returns the number of rows.
     static func foldBase(
-        from reader: some ReadableTransaction, base: Database, into txn: LMDB.WriteTransaction, views: Views, catalog: Catalog, copyBase: Bool = false
+        from reader: some ReadableTransaction, base: Database, into fold: inout BulkFold, copyTo: (txn: LMDB.WriteTransaction, base: Database)? = nil
     ) throws(StrataError) -> Int {
-        var key = ByteWriter(capacity: 64)
-        var value = ByteWriter(capacity: 512)
         var count = 0
         try reader.scan(base) { c in
             var e = try c.first()
             while let entry = e {
-                // Copied: the writes below may move pages the cursor lent us.
-                key.reset()
-                key.append(entry.key)
-                value.reset()
-                value.append(entry.value)
-                try key.withUnsafeBytes { (k) throws(StrataError) in
-                    try value.withUnsafeBytes { (v) throws(StrataError) in
-                        guard k.count >= 4 else { throw StrataError(.corruptRecord, "a base snapshot key of \(k.count) bytes") }
-                        let tableID = k.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-                        try views.apply(baseState: v, target: k, table: try catalog.table(id: tableID), in: txn)
-                        if copyBase { try lmdb { () throws(LMDBError) in try txn.put(k, v, in: views.base, flags: .append) } }
-                    }
+                try fold.base(entry.key, state: entry.value)
+                if let copyTo {
+                    try lmdb { () throws(LMDBError) in try copyTo.txn.put(entry.key, entry.value, in: copyTo.base, flags: .append) }
                 }
                 count += 1
                 e = try c.next()
@@ -273,24 +262,6 @@ extension Snapshot {
                 }
             }
             return pins
-        }
-    }
-}
-
-extension Views {
-    /// Puts a row state of the base snapshot into `rows`, `pending` and the table's indexes and
-    /// views, as the fold of the operations compaction removed would have.
-    func apply(baseState state: UnsafeRawBufferPointer, target: UnsafeRawBufferPointer, table: TableInfo, in txn: LMDB.WriteTransaction) throws(StrataError) {
-        if !table.indexes.isEmpty || !table.views.isEmpty {
-            try updateIndexes(table, target: target, old: nil, new: state, in: txn)
-            try updateViews(table, target: target, old: nil, new: state, in: txn)
-        }
-        let pendingSince = try RowFold.isPending(state) ? try RowHeader(state).lastLSN : nil
-        try lmdb { () throws(LMDBError) in
-            try txn.put(target, state, in: rows)
-            if var lsn = pendingSince?.bigEndian {
-                try Swift.withUnsafeBytes(of: &lsn) { (b) throws(LMDBError) in try txn.put(target, b, in: pending) }
-            }
         }
     }
 }

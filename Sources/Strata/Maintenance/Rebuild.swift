@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import LMDB
 
 /// What ``Store/verify()`` found.
@@ -18,7 +19,7 @@ public struct VerifyReport: Sendable, CustomStringConvertible {
 
     /// Operations folded from the log.
     public let operations: Int
-    /// Per view, the number of entries and a 64-bit FNV-1a digest of the live content.
+    /// Per view, the number of entries and a 64-bit digest of the live content.
     public let live: [String: (entries: Int, digest: UInt64)]
     /// The same for the views rebuilt from the log.
     public let rebuilt: [String: (entries: Int, digest: UInt64)]
@@ -42,7 +43,8 @@ extension Store {
     /// again — from the base snapshot when the store was compacted — in one write transaction.
     /// Returns the number of operations folded.
     ///
-    /// - Complexity: O(m log n) for m operations in the log.
+    /// - Complexity: O(m + n log n) for m operations in the log and n rows; memory is bounded
+    ///   (see `BulkFold`).
     ///
     /// `progress`, if given, is called now and then with the operations folded so far and the
     /// length of the log.
@@ -51,8 +53,11 @@ extension Store {
         try write { tx in
             let txn = tx.txn
             try Store.mappingStorageErrors { try views.derived.forEach { try txn.clear($0) } }
-            _ = try Store.foldBase(from: txn.reader, base: views.base, into: txn, views: views, catalog: tx.catalog)
-            return try Store.foldLog(from: txn.reader, log: views.log, into: txn, views: views, catalog: tx.catalog, progress: progress)
+            var fold = BulkFold(views: views, catalog: tx.catalog, into: txn, targetIsEmpty: true, budget: options.foldMemoryLimit)
+            _ = try Store.foldBase(from: txn.reader, base: views.base, into: &fold)
+            let count = try Store.foldLog(from: txn.reader, log: views.log, into: &fold, progress: progress)
+            try fold.finish()
+            return count
         }
     }
 
@@ -63,7 +68,7 @@ extension Store {
     /// `progress`, if given, is called now and then with the operations folded so far and the
     /// length of the log.
     ///
-    /// - Complexity: O(m log n + v) for m operations and v view entries.
+    /// - Complexity: O(m + n log n + v) for m operations, n rows and v view entries.
     public func verify(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> VerifyReport {
         let scratchPath = FileManager.default.temporaryDirectory.appendingPathComponent("strata-verify-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: scratchPath) }
@@ -76,8 +81,11 @@ extension Store {
             return try env.read { live in
                 let catalog = try currentCatalog(live)
                 let count = try scratch.write { txn in
-                    _ = try Store.foldBase(from: live, base: views.base, into: txn, views: scratchViews, catalog: catalog)
-                    return try Store.foldLog(from: live, log: views.log, into: txn, views: scratchViews, catalog: catalog, progress: progress)
+                    var fold = BulkFold(views: scratchViews, catalog: catalog, into: txn, targetIsEmpty: true, budget: self.options.foldMemoryLimit)
+                    _ = try Store.foldBase(from: live, base: views.base, into: &fold)
+                    let count = try Store.foldLog(from: live, log: views.log, into: &fold, progress: progress)
+                    try fold.finish()
+                    return count
                 }
                 return try scratch.read { rebuilt in
                     var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
@@ -94,16 +102,14 @@ extension Store {
         }
     }
 
-    /// Folds every operation of `log` (read through `reader`) up to LSN `through` into the views of
-    /// `txn`; with `copyLog`, also appends each operation to `txn`'s own log.
+    /// Folds every operation of `log` (read through `reader`) up to LSN `through` into `fold`;
+    /// with `copyTo`, also appends each operation to that transaction's log.
     static func foldLog(
-        from reader: some ReadableTransaction, log: Database, into txn: LMDB.WriteTransaction, views: Views, catalog: Catalog,
-        through: UInt64 = .max, copyLog: Bool = false, progress: ((_ done: Int, _ total: Int) -> Void)? = nil
+        from reader: some ReadableTransaction, log: Database, into fold: inout BulkFold,
+        through: UInt64 = .max, copyTo: (txn: LMDB.WriteTransaction, log: Database)? = nil, progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws(StrataError) -> Int {
-        var op = ByteWriter(capacity: 512)
-        var row = ByteWriter(capacity: 512)
         var count = 0
-        // The log being folded is `log` (of `reader`), not `views.log`, which may be a scratch store's.
+        // The log being folded is `log` (of `reader`), not the target's, which may be a scratch store's.
         let total = progress == nil ? 0 : Int(min(try reader.lastLSN(of: log), through))
         var previous: UInt64 = 0
         try reader.scan(log) { c in
@@ -114,20 +120,13 @@ extension Store {
                 guard lsn > previous else { throw StrataError(.corruptRecord, "the log is out of order at LSN \(lsn)") }
                 if lsn > through { break }
                 previous = lsn
-                // Copied because the writes below may move pages the cursor lent us (when the
-                // reader is `txn` itself, as in an in-place rebuild).
-                op.reset()
-                op.append(entry.value)
-                try op.withUnsafeBytes { (o) throws(StrataError) in
-                    let header = try OperationHeader(o)
-                    let target = UnsafeRawBufferPointer(rebasing: o[header.target])
-                    let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows) }
-                    try views.apply(operation: o, header: header, lsn: lsn, old: old, table: try catalog.table(id: header.tableID(in: o)), in: txn, scratch: &row)
-                    if copyLog {
-                        try lmdb { () throws(LMDBError) in
-                            var k = lsn.bigEndian
-                            try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try txn.put(kb, o, in: views.log, flags: .append) }
-                        }
+                // The fold writes only when it flushes, between operations, and never to the
+                // log: the record the cursor lends stays valid while it is folded.
+                try fold.apply(operation: entry.value, lsn: lsn)
+                if let copyTo {
+                    try lmdb { () throws(LMDBError) in
+                        var k = lsn.bigEndian
+                        try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try copyTo.txn.put(kb, entry.value, in: copyTo.log, flags: .append) }
                     }
                 }
                 count += 1
@@ -144,8 +143,8 @@ extension Store {
         _ name: String, _ liveTxn: ReadTransaction, _ liveDB: Database, _ rebuiltTxn: ReadTransaction, _ rebuiltDB: Database,
         catalog: Catalog, into differences: inout [VerifyReport.Difference]
     ) throws -> ((Int, UInt64), (Int, UInt64)) {
-        var liveDigest = Digest()
-        var rebuiltDigest = Digest()
+        var liveDigest = ViewDigest()
+        var rebuiltDigest = ViewDigest()
         var liveCount = 0
         var rebuiltCount = 0
         func note(_ key: UnsafeRawBufferPointer, _ kind: String) {
@@ -159,7 +158,7 @@ extension Store {
                 while x != nil || y != nil {
                     let order: Int
                     if let l = x, let r = y {
-                        order = l.key.lexicographicallyPrecedes(r.key) ? -1 : r.key.lexicographicallyPrecedes(l.key) ? 1 : 0
+                        order = compareBytes(l.key, r.key)
                     } else {
                         order = x != nil ? -1 : 1
                     }
@@ -174,7 +173,7 @@ extension Store {
                     switch order {
                     case -1: note(x!.key, "extra")
                     case 1: note(y!.key, "missing")
-                    default: if !x!.value.elementsEqual(y!.value) { note(x!.key, "different") }
+                    default: if compareBytes(x!.value, y!.value) != 0 { note(x!.key, "different") }
                     }
                     if order <= 0 { x = try a.next() }
                     if order >= 0 { y = try b.next() }
@@ -182,6 +181,50 @@ extension Store {
             }
         }
         return ((liveCount, liveDigest.value), (rebuiltCount, rebuiltDigest.value))
+    }
+}
+
+/// Compares two byte strings in LMDB's default key order: bytewise, a prefix first. -1, 0 or 1.
+@inline(__always)
+func compareBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+    let n = min(a.count, b.count)
+    if n > 0 {
+        let c = memcmp(a.baseAddress!, b.baseAddress!, n)
+        if c != 0 { return c < 0 ? -1 : 1 }
+    }
+    return a.count == b.count ? 0 : a.count < b.count ? -1 : 1
+}
+
+/// The digest of a view in a ``VerifyReport``: a 64-bit multiply-xor hash over length-prefixed
+/// keys and values, eight bytes at a time (a view is hashed twice per verify, so speed matters;
+/// the value is only ever compared within one report).
+struct ViewDigest {
+    private(set) var value: UInt64 = 0xcbf2_9ce4_8422_2325
+
+    mutating func add(_ bytes: UnsafeRawBufferPointer) {
+        mix(UInt64(bytes.count))
+        var i = 0
+        while i + 8 <= bytes.count {
+            mix(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)))
+            i += 8
+        }
+        var tail: UInt64 = 0
+        while i < bytes.count {
+            tail = tail << 8 | UInt64(bytes[i])
+            i += 1
+        }
+        mix(tail)
+    }
+
+    mutating func add(_ entry: Entry) {
+        add(entry.key)
+        add(entry.value)
+    }
+
+    @inline(__always)
+    private mutating func mix(_ word: UInt64) {
+        value = (value ^ word) &* 0x9E37_79B9_7F4A_7C15
+        value ^= value >> 31
     }
 }
 

@@ -75,8 +75,12 @@ enum IndexKeys {
 
 extension Views {
     /// Updates the indexes of table `t` for a row that changed from `old` to `new` (`nil`: no row).
-    /// A unique index refuses a value another row holds, before anything is written.
-    func updateIndexes(_ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: LMDB.WriteTransaction) throws(StrataError) {
+    /// A unique index refuses a value another row holds, before anything is written (unless
+    /// `checkingUniqueness` is false: a fold of a log whose writes were checked).
+    func updateIndexes(
+        _ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: LMDB.WriteTransaction,
+        checkingUniqueness: Bool = true
+    ) throws(StrataError) {
         guard !t.indexes.isEmpty else { return }
         let rowKey = Array(target[4...])
         var changes: [(old: [UInt8]?, new: [UInt8]?)] = []
@@ -84,7 +88,7 @@ extension Views {
             let oldValues = try old.map { (r) throws(StrataError) in try IndexKeys.values(index, table: t, target: target, record: r) }
             let newValues = try new.map { (r) throws(StrataError) in try IndexKeys.values(index, table: t, target: target, record: r) }
             guard oldValues != newValues else { continue }
-            if index.unique, let newValues, !newValues.contains(where: \.isNull) {
+            if checkingUniqueness, index.unique, let newValues, !newValues.contains(where: \.isNull) {
                 try checkUnique(index, t, newValues, rowKey: rowKey, in: txn)
             }
             changes.append((oldValues.map { IndexKeys.prefix(index, $0) + rowKey }, newValues.map { IndexKeys.prefix(index, $0) + rowKey }))

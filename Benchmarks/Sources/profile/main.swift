@@ -1,0 +1,88 @@
+import Foundation
+import Peers
+import Strata
+import StrataWorkload
+
+// One phase of Strata's side of `compare` at a time, on a store kept between runs, so that a
+// profiler (perf, valgrind) sees that phase alone:
+//
+//   swift run -c release profile build  /tmp/store [--edits N]   # preload + edits at B = 1000
+//   swift run -c release profile payload|verify|rebuild /tmp/store
+//   swift run -c release profile merge /tmp/new-folder
+//   swift run -c release profile scale /tmp/folder [--lengths 100000,1000000,10000000]
+//       rebuild (verify) time and heap against log length, as CSV for plot-scale.py
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+guard arguments.count >= 2 else {
+    print("usage: profile build|payload|verify|rebuild <folder> [--edits N]")
+    exit(2)
+}
+let (phase, folder) = (arguments[0], arguments[1])
+let edits = arguments.firstIndex(of: "--edits").flatMap { Int(arguments[$0 + 1]) } ?? 1_000_000
+
+/// The reference workload's preload and `edits` edits at B = 1000, without fsync (the state on
+/// disk is what counts here, not how fast it got there).
+func build(_ folder: String, edits: Int) throws -> StrataPeer {
+    let peer = try StrataPeer(folder: folder, durability: .noSync)
+    peer.prepare(ReferenceWorkload(seed: 42, preloadRows: 100_000, edits: edits))
+    try peer.preload()
+    try peer.markPreloadSynced()
+    var i = 0
+    while i < edits {
+        try peer.applyEdits(i..<min(i + 1000, edits))
+        i += 1000
+    }
+    try peer.store.flush()
+    return peer
+}
+
+let start = ContinuousClock.now
+switch phase {
+case "build":
+    _ = try build(folder, edits: edits)
+case "scale":
+    // The log holds the preload's 2 × 100,000 operations (inserts and acknowledgements) plus
+    // about one per edit, so the edit counts are chosen to make the log about that long.
+    let lengths = (arguments.firstIndex(of: "--lengths").map { arguments[$0 + 1] } ?? "100000,1000000,10000000").split(separator: ",").compactMap { Int($0) }
+    print("operations,rows,seconds,heap_mib,file_mib")
+    for length in lengths {
+        let path = folder + "/scale-\(length)"
+        try? FileManager.default.removeItem(atPath: path)
+        let peer = try build(path, edits: max(1000, length - 200_000))
+        let store = peer.store
+        let anonymousBase = ProcessMemory.anonymous
+        var anonymousPeak = anonymousBase
+        let t0 = ContinuousClock.now
+        // The fold reports progress every 10,000 operations: sample the heap there.
+        let report = try store.verify { _, _ in anonymousPeak = max(anonymousPeak, ProcessMemory.anonymous) }
+        let d = ContinuousClock.now - t0
+        precondition(report.isConsistent, "\(report)")
+        let seconds = Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+        let heap = Double(anonymousPeak - anonymousBase) / 1_048_576
+        let file = Double(peer.sizeOnDisk) / 1_048_576
+        print("\(report.operations),\(report.live["rows"]!.entries),\(seconds),\(heap),\(file)")
+        try? FileManager.default.removeItem(atPath: path)
+    }
+case "merge":
+    // compare's merge phase: 10% of the rows edited locally, then a delta of every row.
+    let peer = try StrataPeer(folder: folder, durability: .noSync)
+    let work = MergeWorkload(rows: 100_000, pending: 10_000, conflicting: 10_000)
+    peer.prepare(ReferenceWorkload(seed: 42, preloadRows: 100_000, edits: 0))
+    try peer.preload()
+    try peer.markPreloadSynced()
+    try peer.editTitles(work.pending)
+    peer.delta = peer.makeDelta(work)
+    let t0 = ContinuousClock.now
+    _ = try peer.merge(work)
+    print("merge alone", ContinuousClock.now - t0)
+case "payload":
+    print("payload bytes:", try StrataPeer(folder: folder).pendingPayload())
+case "verify":
+    print(try StrataPeer(folder: folder).store.verify())
+case "rebuild":
+    print("folded:", try StrataPeer(folder: folder).store.rebuild())
+default:
+    print("unknown phase \(phase)")
+    exit(2)
+}
+print(phase, ContinuousClock.now - start)

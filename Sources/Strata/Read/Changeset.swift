@@ -1,0 +1,201 @@
+import LMDB
+
+/// A table's pending changes as one compact binary buffer: every pending row once, already
+/// coalesced the way the `rows` view keeps them — an insert carries its current values, an
+/// update the first original and the last current of each changed field, a delete the row's
+/// originals; a row inserted and deleted again is not there at all.
+///
+/// ``Snapshot/pendingChangeset(_:)`` copies the field values straight from the stored row
+/// records, without decoding them, so producing one costs little more than reading the pages.
+/// The buffer names its table and fields, so it can be stored, sent and read back with
+/// ``changes()`` by any version of Strata that reads its format.
+///
+/// Format (varints are LEB128, values in Strata's value encoding):
+///
+///     "STCS" u8 version(1)
+///     value table name, varint key field count,
+///     varint field name count, value name…          (index = field id)
+///     per row: u8 kind (1 insert, 2 update, 3 delete; +0x80 conflicted),
+///              varint key length, key (order-preserving key encoding),
+///              varint field count, per field: varint field id, then
+///                  insert: current · update: original, current · delete: original
+public struct Changeset: Sendable, Hashable {
+    /// The encoded changeset.
+    public let bytes: [UInt8]
+
+    /// One pending row of a changeset.
+    public struct Change: Sendable, Hashable {
+        public enum Kind: UInt8, Sendable {
+            case insert = 1
+            case update = 2
+            case delete = 3
+        }
+
+        public let key: RowKey
+        public let kind: Kind
+        /// Whether the row holds an unresolved conflict (the sync client holds such rows back).
+        public let isConflicted: Bool
+        /// The fields the change carries (key fields are in ``key``): every non-null field of an
+        /// insert (original `null`), the changed fields of an update, every non-null field of a
+        /// delete (current `null`), in field order.
+        public let fields: [LogEntry.FieldChange]
+    }
+
+    static let magic: [UInt8] = Array("STCS".utf8)
+    static let version: UInt8 = 1
+
+    /// Wraps an encoded changeset, checking its header.
+    ///
+    /// - Throws: ``StrataError`` `malformedInput` when the bytes are not a changeset,
+    ///   `formatVersion` when they are a newer one.
+    public init(bytes: [UInt8]) throws(StrataError) {
+        self.bytes = bytes
+        _ = try header()
+    }
+
+    init(unchecked bytes: [UInt8]) { self.bytes = bytes }
+
+    /// The table the changes belong to.
+    public var table: String { (try? header().table) ?? "" }
+
+    private struct Header {
+        var table: String
+        var keyCount: Int
+        var fieldNames: [String]
+        var rowsStart: Int
+    }
+
+    private func header() throws(StrataError) -> Header {
+        try withBytes(bytes) { (b) throws(StrataError) -> Header in
+            guard b.count >= Self.magic.count + 1, b.prefix(Self.magic.count).elementsEqual(Self.magic) else {
+                throw StrataError(.malformedInput, "the bytes are not a Strata changeset")
+            }
+            var r = ByteReader(b, offset: Self.magic.count)
+            let version = try Self.malformed { () throws(StrataError) in try r.byte() }
+            guard version == Self.version else {
+                throw StrataError(.formatVersion, "the changeset has format \(version); this version of Strata reads format \(Self.version)")
+            }
+            return try Self.malformed { () throws(StrataError) -> Header in
+                guard case .string(let table) = try r.value() else { throw r.corrupt("a changeset's table name is not text") }
+                let keyCount = Int(clamping: try r.varint())
+                let n = try r.varint()
+                guard n <= UInt64(r.remaining) else { throw r.corrupt("field name count \(n)") }
+                var names: [String] = []
+                for _ in 0..<n {
+                    guard case .string(let name) = try r.value() else { throw r.corrupt("a changeset's field name is not text") }
+                    names.append(name)
+                }
+                return Header(table: table, keyCount: keyCount, fieldNames: names, rowsStart: r.offset)
+            }
+        }
+    }
+
+    /// Decodes every change, in key order.
+    ///
+    /// - Throws: ``StrataError`` `malformedInput` for a damaged or truncated buffer.
+    public func changes() throws(StrataError) -> [Change] {
+        let h = try header()
+        return try withBytes(bytes) { (b) throws(StrataError) -> [Change] in
+            try Self.malformed { () throws(StrataError) -> [Change] in
+                var r = ByteReader(b, offset: h.rowsStart)
+                var changes: [Change] = []
+                while !r.isAtEnd {
+                    let tag = try r.byte()
+                    guard let kind = Change.Kind(rawValue: tag & 0x7F) else { throw r.corrupt("change kind \(tag)") }
+                    let keyBytes = try r.bytes(Int(clamping: try r.varint()))
+                    var kr = ByteReader(keyBytes)
+                    let key = try KeyCodec.readKey(&kr, count: h.keyCount)
+                    var fields: [LogEntry.FieldChange] = []
+                    for _ in 0..<(try r.varint()) {
+                        let id = Int(clamping: try r.varint())
+                        guard id < h.fieldNames.count else { throw r.corrupt("field id \(id)") }
+                        let first = try r.value()
+                        switch kind {
+                        case .insert: fields.append(.init(field: h.fieldNames[id], original: .null, current: first))
+                        case .update: fields.append(.init(field: h.fieldNames[id], original: first, current: try r.value()))
+                        case .delete: fields.append(.init(field: h.fieldNames[id], original: first, current: .null))
+                        }
+                    }
+                    changes.append(Change(key: key, kind: kind, isConflicted: tag & 0x80 != 0, fields: fields))
+                }
+                return changes
+            }
+        }
+    }
+
+    /// Reports damage in a changeset as bad input, not as a corrupt store.
+    private static func malformed<R>(_ body: () throws(StrataError) -> R) throws(StrataError) -> R {
+        do {
+            return try body()
+        } catch where error.code == .corruptRecord {
+            throw StrataError(.malformedInput, "the changeset is damaged or truncated (\(error.message))")
+        }
+    }
+}
+
+extension Snapshot {
+    /// The pending changes of `table` as a ``Changeset``, in key order.
+    ///
+    /// - Throws: ``StrataError`` `tableNotFound`.
+    /// - Complexity: O(p + r) for p pending rows over r rows: the `pending` and `rows` views are
+    ///   walked together in key order, and values are copied as stored, never decoded.
+    public func pendingChangeset(_ table: String) throws -> Changeset {
+        let t = try catalog.table(named: table)
+        var w = ByteWriter(capacity: 1 << 16)
+        w.append(Changeset.magic)
+        w.append(Changeset.version)
+        w.appendValue(.string(t.name))
+        w.appendVarint(UInt64(t.keyFieldIDs.count))
+        w.appendVarint(UInt64(t.fieldNames.count))
+        for name in t.fieldNames { w.appendValue(.string(name)) }
+        var prefix = ByteWriter(capacity: 4)
+        prefix.appendBigEndian(t.id)
+        try txn.scan(views.rows) { rows in
+            try txn.scan(views.pending) { pending in
+                var p = try pending.seek(atLeast: prefix.bytes)
+                while let entry = p, entry.key.count >= 4, entry.key.prefix(4).elementsEqual(prefix.bytes) {
+                    // The rows cursor moves forward with the pending one; LMDB finds a key on
+                    // the cursor's current page without descending the tree again.
+                    guard let row = try rows.seek(atLeast: entry.key), compareBytes(row.key, entry.key) == 0 else {
+                        throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: entry.key)), which has no row")
+                    }
+                    try Self.appendChange(key: entry.key, record: row.value, to: &w)
+                    p = try pending.next()
+                }
+            }
+        }
+        return Changeset(unchecked: w.bytes)
+    }
+
+    private static func appendChange(key: UnsafeRawBufferPointer, record: UnsafeRawBufferPointer, to w: inout ByteWriter) throws(StrataError) {
+        let h = try RowHeader(record)
+        let kind: Changeset.Change.Kind = h.flags.contains(.inserted) ? .insert : h.flags.contains(.deleted) ? .delete : .update
+        w.append(kind.rawValue | (h.flags.contains(.conflicted) ? 0x80 : 0))
+        w.appendVarint(UInt64(key.count - 4))
+        w.append(UnsafeRawBufferPointer(rebasing: key[4...]))
+        // The field count goes before the fields: count them first (cheap: nothing is decoded).
+        var count = 0
+        var r = ByteReader(record, offset: h.entriesStart)
+        while let e = try r.nextEntry() {
+            if kind != .update || e.isDirty { count += 1 }
+        }
+        w.appendVarint(UInt64(count))
+        r = ByteReader(record, offset: h.entriesStart)
+        while let e = try r.nextEntry() {
+            switch kind {
+            case .insert:
+                w.appendVarint(UInt64(e.id))
+                w.append(UnsafeRawBufferPointer(rebasing: record[e.current]))
+            case .update where e.isDirty:
+                w.appendVarint(UInt64(e.id))
+                w.append(UnsafeRawBufferPointer(rebasing: record[e.original]))
+                w.append(UnsafeRawBufferPointer(rebasing: record[e.current]))
+            case .update:
+                break
+            case .delete:
+                w.appendVarint(UInt64(e.id))
+                w.append(UnsafeRawBufferPointer(rebasing: record[e.original]))
+            }
+        }
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+@testable import Strata
+import StrataWorkload
+import Testing
+
+/// A pending changeset holds exactly what the pending rows say, and reads back.
+@Suite struct ChangesetTests {
+    /// What `pendingRows` says each pending row must carry, in the changeset's terms.
+    static func expected(_ rows: [Row], keyFields: Set<String>) -> [Changeset.Change] {
+        rows.map { row in
+            let kind: Changeset.Change.Kind = row.status == .inserted ? .insert : row.status == .deleted ? .delete : .update
+            var fields: [LogEntry.FieldChange] = []
+            for f in row.fieldNames where !keyFields.contains(f) {
+                switch kind {
+                case .insert where !row[f].isNull: fields.append(.init(field: f, original: .null, current: row[f]))
+                case .update where row.changedFields.contains(f): fields.append(.init(field: f, original: row.original(f), current: row[f]))
+                case .delete where !row.original(f).isNull: fields.append(.init(field: f, original: row.original(f), current: .null))
+                default: break
+                }
+            }
+            return Changeset.Change(key: row.key, kind: kind, isConflicted: row.isConflicted, fields: fields)
+        }
+    }
+
+    @Test func aChangesetHoldsEveryPendingRowCoalesced() throws {
+        let seed = testSeed("aChangesetHoldsEveryPendingRowCoalesced")
+        var rng = SplitMix64(seed: seed)
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.write { tx in
+                for id in 0..<40 { try tx.insert("tasks", ["id": .int(Int64(id)), "title": .string("t\(id)"), "notes": "n"]) }
+                for id in 0..<40 { try tx.acknowledge("tasks", key: RowKey(.int(Int64(id)))) }
+            }
+            var kinds = Set<Changeset.Change.Kind>()
+            for round in 0..<8 {
+                try store.write { tx in
+                    for _ in 0..<30 {
+                        let key = RowKey(.int(Int64(rng.next() % 80)))
+                        let row = try tx.snapshot.row("tasks", key: key, includingDeleted: true)
+                        switch (row?.status, rng.next() % 4) {
+                        case (nil, _): try tx.insert("tasks", ["id": key.values[0], "title": .string("n\(rng.next() % 9)")])
+                        case (.deleted?, _): try tx.revert("tasks", key: key)
+                        case (_, 0): try tx.delete("tasks", key: key)
+                        case (_, 1): try tx.acknowledge("tasks", key: key)
+                        default: try tx.update("tasks", key: key, [["title", "notes"][Int(rng.next() % 2)]: .string("u\(rng.next() % 9)")])
+                        }
+                    }
+                }
+                try store.write { tx in try tx.insert("tasks", ["id": .int(Int64(1000 + round)), "title": "x"]); try tx.delete("tasks", key: RowKey(.int(Int64(1000 + round)))) }
+                let (pending, changeset) = try store.read { snap in (try snap.pendingRows("tasks"), try snap.pendingChangeset("tasks")) }
+                #expect(!pending.isEmpty)
+                let changes = try changeset.changes()
+                #expect(changes == Self.expected(pending, keyFields: ["id"]), "round \(round)")
+                // Inserted then deleted before any sync: in neither.
+                #expect(!changes.contains { $0.key == RowKey(.int(Int64(1000 + round))) })
+                kinds.formUnion(changes.map(\.kind))
+                #expect(try Changeset(bytes: changeset.bytes) == changeset)
+                #expect(changeset.table == "tasks")
+            }
+            #expect(kinds.count == 3)
+            // A table with nothing pending has an empty changeset.
+            try store.write { tx in for row in try tx.snapshot.pendingRows("tasks") { try tx.acknowledge("tasks", key: row.key) } }
+            #expect(try store.read { try $0.pendingChangeset("tasks").changes() }.isEmpty)
+        }
+    }
+
+    @Test func damagedOrForeignBytesAreRefused() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.write { tx in try tx.insert("tasks", ["id": 1, "title": "a", "notes": "n"]) }
+            let good = try store.read { try $0.pendingChangeset("tasks") }.bytes
+            #expect(throws: StrataError.self) { try Changeset(bytes: Array("nope".utf8)) }
+            var newer = good
+            newer[4] = 9
+            let e = #expect(throws: StrataError.self) { try Changeset(bytes: newer) }
+            #expect(e?.code == .formatVersion)
+            // Every truncation is refused as malformed input, never misread or crashing.
+            var refused = 0
+            for n in 0..<good.count {
+                do {
+                    let c = try Changeset(bytes: Array(good.prefix(n)))
+                    let changes = try c.changes()
+                    // A cut exactly between rows leaves a valid, shorter changeset.
+                    #expect(changes.isEmpty)
+                } catch let error as StrataError {
+                    #expect(error.code == .malformedInput, "cut at \(n): \(error)")
+                    refused += 1
+                }
+            }
+            #expect(refused > good.count / 2)
+            let e2 = #expect(throws: StrataError.self) { try store.read { try $0.pendingChangeset("nope") } }
+            #expect(e2?.code == .tableNotFound)
+        }
+    }
+}
