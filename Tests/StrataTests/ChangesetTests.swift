@@ -64,6 +64,24 @@ import Testing
         }
     }
 
+    /// A row with more than 127 fields needs a longer field count than the one byte reserved.
+    @Test func aRowWithManyFieldsAndACompositeKey() throws {
+        try withStore { store, _ in
+            try store.createTable(.propertyBag("bag", key: [.string("name"), .int("n")]))
+            var fields: [String: Value] = ["name": "a", "n": 1]
+            for i in 0..<200 { fields["f\(i)"] = .int(Int64(i)) }
+            try store.write { tx in
+                try tx.insert("bag", FieldValues(fields.map { ($0.key, $0.value) }))
+                try tx.insert("bag", ["name": "b", "n": 2, "f3": "x"])
+            }
+            let changes = try store.read { try $0.pendingChangeset("bag") }.changes()
+            #expect(changes.map(\.key) == [RowKey([.string("a"), .int(1)]), RowKey([.string("b"), .int(2)])])
+            #expect(changes[0].fields.count == 200)
+            #expect(changes[0].fields.allSatisfy { $0.current == fields[$0.field] && $0.original == .null })
+            #expect(changes[1].fields == [.init(field: "f3", original: .null, current: "x")])
+        }
+    }
+
     @Test func damagedOrForeignBytesAreRefused() throws {
         try withStore { store, _ in
             try store.createTable(tasksSchema)

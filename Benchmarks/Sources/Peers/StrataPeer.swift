@@ -46,26 +46,9 @@ public final class StrataPeer: Peer {
     }
 
     /// The pending rows are already coalesced (first originals, last currents, insert+delete
-    /// gone): encode them into one buffer.
+    /// gone): `pendingChangeset` copies them from the stored records into one buffer.
     public func pendingPayload() throws -> Int {
-        var buffer: [UInt8] = []
-        try store.read { snap in
-            for row in try snap.pendingRows("tasks") {
-                buffer.append(UInt8(ascii: row.status == .inserted ? "i" : row.status == .deleted ? "d" : "u"))
-                ValueCoding.append(row.key.values[0], to: &buffer)
-                switch row.status {
-                case .inserted: for f in ReferenceWorkload.columns { ValueCoding.append(row[f], to: &buffer) }
-                case .deleted: for f in ReferenceWorkload.columns { ValueCoding.append(row.original(f), to: &buffer) }
-                default:
-                    for f in row.changedFields {
-                        ValueCoding.append(.string(f), to: &buffer)
-                        ValueCoding.append(row.original(f), to: &buffer)
-                        ValueCoding.append(row[f], to: &buffer)
-                    }
-                }
-            }
-        }
-        return buffer.count
+        try store.read { try $0.pendingChangeset("tasks") }.bytes.count
     }
 
     public func rebuildAndCheck() throws -> Bool {

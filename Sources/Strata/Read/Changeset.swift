@@ -153,7 +153,7 @@ extension Snapshot {
         try txn.scan(views.rows) { rows in
             try txn.scan(views.pending) { pending in
                 var p = try pending.seek(atLeast: prefix.bytes)
-                while let entry = p, entry.key.count >= 4, entry.key.prefix(4).elementsEqual(prefix.bytes) {
+                while let entry = p, entry.key.count >= 4, prefix.withUnsafeBytes({ compareBytes(UnsafeRawBufferPointer(rebasing: entry.key.prefix(4)), $0) }) == 0 {
                     // The rows cursor moves forward with the pending one; LMDB finds a key on
                     // the cursor's current page without descending the tree again.
                     guard let row = try rows.seek(atLeast: entry.key), compareBytes(row.key, entry.key) == 0 else {
@@ -173,29 +173,37 @@ extension Snapshot {
         w.append(kind.rawValue | (h.flags.contains(.conflicted) ? 0x80 : 0))
         w.appendVarint(UInt64(key.count - 4))
         w.append(UnsafeRawBufferPointer(rebasing: key[4...]))
-        // The field count goes before the fields: count them first (cheap: nothing is decoded).
+        // The field count goes before the fields, and is known after them: leave one byte for
+        // it (enough below 128 fields) and move the fields in the rare case it needs more.
+        let countAt = w.count
+        w.append(0)
         var count = 0
         var r = ByteReader(record, offset: h.entriesStart)
         while let e = try r.nextEntry() {
-            if kind != .update || e.isDirty { count += 1 }
-        }
-        w.appendVarint(UInt64(count))
-        r = ByteReader(record, offset: h.entriesStart)
-        while let e = try r.nextEntry() {
             switch kind {
             case .insert:
+                count += 1
                 w.appendVarint(UInt64(e.id))
                 w.append(UnsafeRawBufferPointer(rebasing: record[e.current]))
             case .update where e.isDirty:
+                count += 1
                 w.appendVarint(UInt64(e.id))
                 w.append(UnsafeRawBufferPointer(rebasing: record[e.original]))
                 w.append(UnsafeRawBufferPointer(rebasing: record[e.current]))
             case .update:
                 break
             case .delete:
+                count += 1
                 w.appendVarint(UInt64(e.id))
                 w.append(UnsafeRawBufferPointer(rebasing: record[e.original]))
             }
+        }
+        if count < 0x80 {
+            w.bytes[countAt] = UInt8(count)
+        } else {
+            var varint = ByteWriter(capacity: 10)
+            varint.appendVarint(UInt64(count))
+            w.bytes.replaceSubrange(countAt..<countAt + 1, with: varint.bytes)
         }
     }
 }
