@@ -35,10 +35,9 @@ struct BulkFold {
     private let catalog: Catalog
     private let txn: LMDB.WriteTransaction
     private let budget: Int
-    /// Whether the target's derived databases may hold rows (they do after a flush, or when
-    /// the caller did not start from empty ones): rows are then read back on a miss and
-    /// replaced at the flush, instead of appended.
-    private var targetMayHoldRows: Bool
+    /// Whether the target's derived databases hold rows (they do after a flush): rows are then
+    /// read back on a miss and replaced at the flush, instead of appended.
+    private var targetMayHoldRows = false
 
     private var slots: [Slot] = []
     /// Open addressing over `slots`: slot index, or -1 for an empty bucket.
@@ -56,15 +55,13 @@ struct BulkFold {
     private var scratch = ByteWriter(capacity: 512)
     private var cachedTable: TableInfo?
 
-    /// - Parameters:
-    ///   - targetIsEmpty: whether `rows`, `pending`, `gone`, `index` and `view` of `views` in
-    ///     `txn` are empty (a new store, or one `rebuild` has just cleared).
-    init(views: Views, catalog: Catalog, into txn: LMDB.WriteTransaction, targetIsEmpty: Bool, budget: Int) {
+    /// `rows`, `pending`, `gone`, `index` and `view` of `views` in `txn` must be empty (a new
+    /// store, or one `rebuild` has just cleared).
+    init(views: Views, catalog: Catalog, into txn: LMDB.WriteTransaction, budget: Int) {
         self.views = views
         self.catalog = catalog
         self.txn = txn
         self.budget = budget
-        self.targetMayHoldRows = !targetIsEmpty
         buckets = [Int32](repeating: -1, count: 1 << 10)
     }
 
@@ -158,13 +155,11 @@ struct BulkFold {
 
     /// Loads a row the target already holds (written by an earlier flush).
     private mutating func readBack(_ s: Int, _ target: UnsafeRawBufferPointer) throws(StrataError) {
-        try lmdb { () throws(LMDBError) in
-            if let state = try txn.get(target, in: views.rows) {
-                replaceState(s, with: state)
-            }
-            if let g = try txn.get(target, in: views.gone) { slots[s].gone = BulkFold.bigEndian64(g) }
-            if let p = try txn.get(target, in: views.pending) { slots[s].pendingSince = BulkFold.bigEndian64(p) }
+        if let state = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.rows) }) {
+            replaceState(s, with: state)
         }
+        if let g = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.gone) }) { slots[s].gone = try Self.lsn(g) }
+        if let p = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.pending) }) { slots[s].pendingSince = try Self.lsn(p) }
     }
 
     private mutating func grow() {
@@ -309,7 +304,9 @@ struct BulkFold {
         return h ^ (h >> 29)
     }
 
-    private static func bigEndian64(_ b: UnsafeRawBufferPointer) -> UInt64 {
-        b.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+    /// An LSN entry of `gone` or `pending`.
+    private static func lsn(_ b: UnsafeRawBufferPointer) throws(StrataError) -> UInt64 {
+        var r = ByteReader(b)
+        return try r.bigEndian64()
     }
 }

@@ -53,11 +53,7 @@ extension Store {
         try write { tx in
             let txn = tx.txn
             try Store.mappingStorageErrors { try views.derived.forEach { try txn.clear($0) } }
-            var fold = BulkFold(views: views, catalog: tx.catalog, into: txn, targetIsEmpty: true, budget: options.foldMemoryLimit)
-            _ = try Store.foldBase(from: txn.reader, base: views.base, into: &fold)
-            let count = try Store.foldLog(from: txn.reader, log: views.log, into: &fold, progress: progress)
-            try fold.finish()
-            return count
+            return try Store.fold(from: txn.reader, views, into: txn, views, catalog: tx.catalog, budget: options.foldMemoryLimit, progress: progress)
         }
     }
 
@@ -81,11 +77,7 @@ extension Store {
             return try env.read { live in
                 let catalog = try currentCatalog(live)
                 let count = try scratch.write { txn in
-                    var fold = BulkFold(views: scratchViews, catalog: catalog, into: txn, targetIsEmpty: true, budget: self.options.foldMemoryLimit)
-                    _ = try Store.foldBase(from: live, base: views.base, into: &fold)
-                    let count = try Store.foldLog(from: live, log: views.log, into: &fold, progress: progress)
-                    try fold.finish()
-                    return count
+                    try Store.fold(from: live, views, into: txn, scratchViews, catalog: catalog, budget: self.options.foldMemoryLimit, progress: progress)
                 }
                 return try scratch.read { rebuilt in
                     var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
@@ -100,6 +92,20 @@ extension Store {
                 }
             }
         }
+    }
+
+    /// Folds the base snapshot and the log of `source` (read through `reader`), up to LSN
+    /// `through`, into the empty derived views `target` of `txn`; with `copying`, also copies the
+    /// base snapshot and the operations into `target`'s. Returns the number of operations.
+    static func fold(
+        from reader: some ReadableTransaction, _ source: Views, into txn: LMDB.WriteTransaction, _ target: Views, catalog: Catalog, budget: Int,
+        through: UInt64 = .max, copying: Bool = false, progress: ((_ done: Int, _ total: Int) -> Void)? = nil
+    ) throws(StrataError) -> Int {
+        var fold = BulkFold(views: target, catalog: catalog, into: txn, budget: budget)
+        _ = try foldBase(from: reader, base: source.base, into: &fold, copyTo: copying ? (txn, target.base) : nil)
+        let count = try foldLog(from: reader, log: source.log, into: &fold, through: through, copyTo: copying ? (txn, target.log) : nil, progress: progress)
+        try fold.finish()
+        return count
     }
 
     /// Folds every operation of `log` (read through `reader`) up to LSN `through` into `fold`;

@@ -39,11 +39,11 @@ extension Store {
                     try txn.setMeta(MetaKey.catalogVersion, try source.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0, in: target.views)
                     // A compacted store starts from its base snapshot, which the replay keeps.
                     let catalog = try currentCatalog(source)
-                    var fold = BulkFold(views: target.views, catalog: catalog, into: txn, targetIsEmpty: true, budget: options.foldMemoryLimit)
-                    _ = try Store.foldBase(from: source, base: views.base, into: &fold, copyTo: (txn, target.views.base))
                     try txn.setMeta(MetaKey.horizon, horizon, in: target.views)
-                    _ = try Store.foldLog(from: source, log: views.log, into: &fold, through: lsn, copyTo: (txn, target.views.log), progress: progress)
-                    try fold.finish()
+                    _ = try Store.fold(
+                        from: source, views, into: txn, target.views, catalog: catalog, budget: self.options.foldMemoryLimit,
+                        through: lsn, copying: true, progress: progress
+                    )
                 }
             }
         }

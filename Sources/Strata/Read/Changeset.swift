@@ -148,20 +148,15 @@ extension Snapshot {
         w.appendVarint(UInt64(t.keyFieldIDs.count))
         w.appendVarint(UInt64(t.fieldNames.count))
         for name in t.fieldNames { w.appendValue(.string(name)) }
-        var prefix = ByteWriter(capacity: 4)
-        prefix.appendBigEndian(t.id)
         try txn.scan(views.rows) { rows in
-            try txn.scan(views.pending) { pending in
-                var p = try pending.seek(atLeast: prefix.bytes)
-                while let entry = p, entry.key.count >= 4, prefix.withUnsafeBytes({ compareBytes(UnsafeRawBufferPointer(rebasing: entry.key.prefix(4)), $0) }) == 0 {
-                    // The rows cursor moves forward with the pending one; LMDB finds a key on
-                    // the cursor's current page without descending the tree again.
-                    guard let row = try rows.seek(atLeast: entry.key), compareBytes(row.key, entry.key) == 0 else {
-                        throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: entry.key)), which has no row")
-                    }
-                    try Self.appendChange(key: entry.key, record: row.value, to: &w)
-                    p = try pending.next()
+            try scanTable(t, in: views.pending) { key, _ in
+                // The rows cursor moves forward with the pending scan; LMDB finds a key on the
+                // cursor's current page without descending the tree again.
+                guard let row = try rows.seek(atLeast: key), compareBytes(row.key, key) == 0 else {
+                    throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: key)), which has no row")
                 }
+                try Self.appendChange(key: key, record: row.value, to: &w)
+                return true
             }
         }
         return Changeset(unchecked: w.bytes)
