@@ -64,6 +64,34 @@ import Testing
         }
     }
 
+    /// Pending rows next to each other, and separated by runs of clean rows of every length
+    /// from 1 to 12 (the changeset steps over short runs and seeks over long ones), with
+    /// another table's pending rows on both sides of the table's key range.
+    @Test func pendingRowsDenseAndSparse() throws {
+        try withStore { store, _ in
+            try store.createTable(.propertyBag("a", key: [.int("id")]))
+            try store.createTable(tasksSchema)
+            try store.createTable(.propertyBag("z", key: [.int("id")]))
+            var pendingIDs: [Int64] = []
+            var id: Int64 = 0, gap = 0
+            while id < 300 {
+                pendingIDs.append(contentsOf: [id, id + 1, id + 2])
+                gap = gap % 12 + 1
+                id += 3 + Int64(gap)
+            }
+            try store.write { tx in
+                for table in ["a", "z"] { try tx.insert(table, ["id": 1, "x": "pending"]) }
+                for id in 0..<id { try tx.insert("tasks", ["id": .int(id), "title": .string("t\(id)")]) }
+                for id in 0..<id { try tx.acknowledge("tasks", key: RowKey(.int(id))) }
+                for id in pendingIDs { try tx.update("tasks", key: RowKey(.int(id)), ["notes": .string("n\(id)")]) }
+            }
+            let changes = try store.read { try $0.pendingChangeset("tasks") }.changes()
+            #expect(changes.map(\.key) == pendingIDs.map { RowKey(.int($0)) })
+            #expect(changes.allSatisfy { $0.kind == .update && $0.fields.map(\.field) == ["notes"] })
+            #expect(changes.map { $0.fields[0].current } == pendingIDs.map { .string("n\($0)") })
+        }
+    }
+
     /// A row with more than 127 fields needs a longer field count than the one byte reserved.
     @Test func aRowWithManyFieldsAndACompositeKey() throws {
         try withStore { store, _ in

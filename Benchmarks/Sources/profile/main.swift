@@ -9,6 +9,7 @@ import StrataWorkload
 //   swift run -c release profile build  /tmp/store [--edits N]   # preload + edits at B = 1000
 //   swift run -c release profile payload|verify|rebuild /tmp/store
 //   swift run -c release profile merge /tmp/new-folder
+//   swift run -c release profile single|single-nosync /tmp/store --edits 5000   # B = 1 edits on a store built with --edits 0
 //   swift run -c release profile scale /tmp/folder [--lengths 100000,1000000,10000000]
 //       rebuild (verify) time and heap against log length, as CSV for plot-scale.py
 
@@ -75,8 +76,19 @@ case "merge":
     let t0 = ContinuousClock.now
     _ = try peer.merge(work)
     print("merge alone", ContinuousClock.now - t0)
+case "single", "single-nosync":
+    // compare's B = 1 phase: one edit per transaction, durable ("single") or not.
+    let peer = try StrataPeer(folder: folder, durability: phase == "single" ? .full : .noSync)
+    peer.prepare(ReferenceWorkload(seed: 42, preloadRows: 100_000, edits: edits))
+    let t0 = ContinuousClock.now
+    for i in 0..<edits { try peer.applyEdits(i..<i + 1) }
+    let d = ContinuousClock.now - t0
+    print("single edits/s:", Double(edits) / (Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18))
 case "payload":
-    print("payload bytes:", try StrataPeer(folder: folder).pendingPayload())
+    let peer = try StrataPeer(folder: folder)
+    let t0 = ContinuousClock.now
+    let bytes = try peer.pendingPayload()
+    print("payload bytes:", bytes, "in", ContinuousClock.now - t0)
 case "verify":
     print(try StrataPeer(folder: folder).store.verify())
 case "rebuild":

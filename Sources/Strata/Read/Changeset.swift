@@ -141,7 +141,7 @@ extension Snapshot {
     ///   walked together in key order, and values are copied as stored, never decoded.
     public func pendingChangeset(_ table: String) throws -> Changeset {
         let t = try catalog.table(named: table)
-        var w = ByteWriter(capacity: 1 << 16)
+        var w = ByteWriter(capacity: try payloadEstimate())
         w.append(Changeset.magic)
         w.append(Changeset.version)
         w.appendValue(.string(t.name))
@@ -149,17 +149,38 @@ extension Snapshot {
         w.appendVarint(UInt64(t.fieldNames.count))
         for name in t.fieldNames { w.appendValue(.string(name)) }
         try txn.scan(views.rows) { rows in
+            // The rows cursor moves forward with the pending scan (both are in key order). When
+            // most rows are pending the next row is usually the one wanted, and stepping to it
+            // is cheaper than a seek's binary search; a few steps without a match mean a gap,
+            // which a seek crosses.
+            var row: LMDB.Entry? = nil
             try scanTable(t, in: views.pending) { key, _ in
-                // The rows cursor moves forward with the pending scan; LMDB finds a key on the
-                // cursor's current page without descending the tree again.
-                guard let row = try rows.seek(atLeast: key), compareBytes(row.key, key) == 0 else {
+                var steps = 0
+                while let r = row, compareBytes(r.key, key) < 0, steps < 4 {
+                    row = try rows.next()
+                    steps += 1
+                }
+                if row == nil || compareBytes(row!.key, key) < 0 { row = try rows.seek(atLeast: key) }
+                guard let found = row, compareBytes(found.key, key) == 0 else {
                     throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: key)), which has no row")
                 }
-                try Self.appendChange(key: key, record: row.value, to: &w)
+                try Self.appendChange(key: key, record: found.value, to: &w)
                 return true
             }
         }
         return Changeset(unchecked: w.bytes)
+    }
+
+    /// A generous guess at a changeset's size, so that its buffer is allocated once instead of
+    /// doubled (and copied) about twenty times on the way to tens of megabytes: the pending
+    /// share of the `rows` pages. Pages of the reservation that are never written are never
+    /// touched, so an overestimate costs address space, not memory.
+    private func payloadEstimate() throws -> Int {
+        let rows = try txn.stats(views.rows), pending = try txn.stats(views.pending)
+        guard rows.entries > 0 else { return 1 << 12 }
+        let rowBytes = (rows.leafPages + rows.overflowPages) * rows.pageSize
+        let share = Double(min(pending.entries, rows.entries)) / Double(rows.entries)
+        return max(1 << 12, Int(Double(rowBytes) * share))
     }
 
     private static func appendChange(key: UnsafeRawBufferPointer, record: UnsafeRawBufferPointer, to w: inout ByteWriter) throws(StrataError) {
