@@ -21,11 +21,25 @@ public final class SyncClient: Sendable {
     /// The store property holding the anchor of the last merged delta.
     public static let anchorProperty = "strata.sync.anchor"
 
+    /// Whether rows with nothing pending are merged on their stored records (see
+    /// `applyToCleanRow`). Off only in tests, which check that it decides as the field-by-field
+    /// merge does.
+    let useCleanRowShortcut: Bool
+
     public init(store: Store, policy: ConflictPolicy = .serverWins, tablePolicies: [String: ConflictPolicy] = [:], associations: [Association] = []) {
         self.store = store
         self.policy = policy
         self.tablePolicies = tablePolicies
         self.associations = associations
+        self.useCleanRowShortcut = true
+    }
+
+    init(store: Store, policy: ConflictPolicy, cleanRowShortcut: Bool) {
+        self.store = store
+        self.policy = policy
+        self.tablePolicies = [:]
+        self.associations = []
+        self.useCleanRowShortcut = cleanRowShortcut
     }
 
     /// The anchor of the last merged delta (`nil` before the first), to pull the next one from.
@@ -94,12 +108,20 @@ public final class SyncClient: Sendable {
                 }
                 keyValues.append(v)
             }
-            var values = row.fields.filter { !keyFields.contains($0.key) }
             if schema.mode == .fixed {
-                for name in values.keys where schema.field(name) == nil {
+                for name in row.fields.keys where !keyFields.contains(name) && schema.field(name) == nil {
                     throw StrataError(.fieldNotFound, "\(context(RowKey(keyValues))) sets field '\(name)', which the table does not have")
                 }
             }
+            if useCleanRowShortcut {
+                let key = storedKey(keyValues, schema)
+                guard seen.insert(key).inserted else {
+                    throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
+                }
+                if try applyToCleanRow(row, table: delta.table, key: key, anchor: anchor, tx: tx, report: &report) { continue }
+                seen.remove(key)
+            }
+            var values = row.fields.filter { !keyFields.contains($0.key) }
             let existing = try tx.row(delta.table, key: RowKey(keyValues), includingDeleted: true)
             let key = existing?.key ?? RowKey(keyValues)
             guard seen.insert(key).inserted else {
@@ -131,6 +153,40 @@ public final class SyncClient: Sendable {
             for row in missing {
                 try apply(.delete, table: delta.table, key: row.key, local: row, server: nil, anchor: anchor, policy: policy, tx: tx, report: &report)
             }
+        }
+    }
+
+
+    /// The key as the store holds it: the store converts an int given for a double key field,
+    /// so the delta's `5` and `5.0` name the same row.
+    private func storedKey(_ values: [Value], _ schema: TableSchema) -> RowKey {
+        RowKey(zip(values, schema.primaryKey).map { v, name in
+            if case .int(let i) = v, schema.field(name)?.type == .double { return .double(Double(i)) }
+            return v
+        })
+    }
+
+    /// The merge of a server row into a local row with nothing pending — most rows of most
+    /// deltas — done by ``Transaction/applyServerValues(_:key:_:kind:annotation:)`` on the stored
+    /// record. By the rules in `MergeRules.swift` every field the server changed is taken
+    /// (`takeServer`), there is no conflict, and an unchanged row logs nothing. Returns `false`
+    /// when the row is absent or pending: the caller merges it field by field.
+    private func applyToCleanRow(_ row: ServerRow, table: String, key: RowKey, anchor: String, tx: Transaction, report: inout MergeReport) throws -> Bool {
+        let result = try tx.applyServerValues(table, key: key, row.fields, kind: .serverChange) { replaced in
+            let decisions = replaced.sorted { $0.field < $1.field }.map {
+                FieldDecision(field: $0.field, base: $0.old, local: $0.old, server: $0.new, outcome: .takeServer)
+            }
+            return MergeAudit(anchor: anchor, serverVersion: row.version, conflict: nil, resolution: nil, policy: nil, decisions: decisions).encoded
+        }
+        switch result {
+        case .needsMerge:
+            return false
+        case .unchanged:
+            return true
+        case .applied(let replaced):
+            report.fieldsFromServer += replaced.count
+            report.rowsApplied += 1
+            return true
         }
     }
 

@@ -251,6 +251,101 @@ public final class Transaction {
         }
     }
 
+    /// A field that ``applyServerValues(_:key:_:kind:annotation:)`` set: its value before and after.
+    public struct ReplacedValue: Sendable, Hashable {
+        public let field: String
+        public let old: Value
+        public let new: Value
+    }
+
+    /// What ``applyServerValues(_:key:_:kind:annotation:)`` did.
+    public enum ServerValuesResult: Sendable, Hashable {
+        /// The row does not exist or has local changes (it is pending or conflicted), or a value
+        /// names a field the table does not have yet: nothing was written. The caller decides
+        /// field by field and writes with ``setRowState(_:key:_:kind:origin:annotation:)``.
+        case needsMerge
+        /// The row already holds every value: nothing was written.
+        case unchanged
+        /// One operation was logged; these fields changed, in field order.
+        case applied([ReplacedValue])
+    }
+
+    /// Sets fields of a row that has nothing pending to values the server sent, as clean values
+    /// (original and current both the new value), in one operation of origin `server`.
+    ///
+    /// This is the common case of merging a server delta — the device did not touch the row —
+    /// done on the stored record without building a ``Row`` or a ``RowState``. Key fields in
+    /// `values` are skipped (the key is `key`); a `null` value clears the field. `annotation`
+    /// is called once, only when something changes, with the replaced values, and its bytes are
+    /// stored with the operation.
+    ///
+    /// Values are compared by their canonical encoding, as edits compare them.
+    ///
+    /// - Throws: ``StrataError`` `tableNotFound`, `invalidKey`, `typeMismatch`; whatever
+    ///   `annotation` throws. On a throw nothing is written.
+    public func applyServerValues(
+        _ table: String, key: RowKey, _ values: [String: Value], kind: LogEntry.Kind,
+        annotation: ([ReplacedValue]) throws -> [UInt8]
+    ) throws -> ServerValuesResult {
+        checkOpen()
+        let t = try catalog.table(named: table)
+        try encodeKey(key, t)
+        guard let old = try storedRow(), try RowHeader(old).flags.isEmpty else { return .needsMerge }
+        valBuf.reset()
+        newValues.removeAll(keepingCapacity: true)
+        for (name, value) in values {
+            guard let id = t.fieldIDs[name] else { return .needsMerge }
+            if t.isKeyField(id) { continue }
+            // `null` clears the field whatever its definition, as a merged state does: the
+            // server's word on its own rows is final.
+            let v = value.isNull ? value : try t.definitions[id].map { (d) throws(StrataError) in try t.coerce(value, d) } ?? value
+            let start = valBuf.count
+            valBuf.appendValue(v)
+            newValues.append(NewValue(id: id, range: start..<valBuf.count))
+        }
+        newValues.sort { $0.id < $1.id }
+        // Compare with the stored entries; any dirty one means the row is pending after all.
+        var replaced: [(id: Int, old: Range<Int>?, new: Range<Int>)] = []
+        let h = try RowHeader(old)
+        var r = ByteReader(old, offset: h.entriesStart)
+        var e = try r.nextEntry()
+        var i = 0
+        while e != nil || i < newValues.count {
+            if let x = e, x.isDirty { return .needsMerge }
+            if let x = e, i == newValues.count || x.id < newValues[i].id {
+                e = try r.nextEntry()
+                continue
+            }
+            let n = newValues[i]
+            i += 1
+            var stored: Range<Int>? = nil
+            if let x = e, x.id == n.id {
+                stored = x.current
+                e = try r.nextEntry()
+            }
+            let same = valBuf.withUnsafeBytes { v in
+                EditRules.same(UnsafeRawBufferPointer(rebasing: v[n.range]), stored.map { UnsafeRawBufferPointer(rebasing: old[$0]) } ?? EditRules.null)
+            }
+            if !same { replaced.append((n.id, stored, n.range)) }
+        }
+        guard !replaced.isEmpty else { return .unchanged }
+        let changes = try valBuf.withUnsafeBytes { (v) throws(StrataError) in
+            try replaced.map { (c) throws(StrataError) in
+                var nr = ByteReader(UnsafeRawBufferPointer(rebasing: v[c.new]))
+                var or = ByteReader(c.old.map { UnsafeRawBufferPointer(rebasing: old[$0]) } ?? EditRules.null)
+                return ReplacedValue(field: t.fieldNames[c.id], old: try or.value(), new: try nr.value())
+            }
+        }
+        let audit = try annotation(changes)
+        try logEdit(kind, t, origin: .server, annotation: audit, old: old) { (op) throws(StrataError) in
+            valBuf.withUnsafeBytes { v in
+                for c in replaced { op.appendCleanEntry(c.id, UnsafeRawBufferPointer(rebasing: v[c.new])) }
+            }
+            return []
+        }
+        return .applied(changes)
+    }
+
     // MARK: Reading inside the transaction
 
     /// A snapshot of this transaction's state, including its own uncommitted edits.
