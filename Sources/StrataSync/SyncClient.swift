@@ -97,7 +97,7 @@ public final class SyncClient: Sendable {
         let snap = tx.snapshot
         let schema = try snap.schema(delta.table)
         let keyFields = Set(schema.primaryKey)
-        var seen = Set<RowKey>()
+        var seen = Set<RowKey>(minimumCapacity: delta.upserts.count + delta.deletes.count)
         func context(_ key: RowKey) -> String { "the delta's row \(key) of table '\(delta.table)'" }
 
         for (index, row) in delta.upserts.enumerated() {

@@ -34,7 +34,10 @@ public struct MergeAudit: Sendable, Hashable {
     }
 
     var encoded: [UInt8] {
-        var b: [UInt8] = [Self.format]
+        var b: [UInt8] = []
+        // One allocation instead of one per doubling: most audits are a few dozen bytes.
+        b.reserveCapacity(32 + anchor.utf8.count + (serverVersion?.utf8.count ?? 0) + decisions.count * 48)
+        b.append(Self.format)
         ValueCoding.append(.string(anchor), to: &b)
         ValueCoding.append(serverVersion.map(Value.string) ?? .null, to: &b)
         b.append(conflict?.rawValue ?? 0)
