@@ -92,7 +92,23 @@ import Testing
         }
     }
 
-    /// A row with more than 127 fields needs a longer field count than the one byte reserved.
+    /// Sync code may store any state with `setRowState`, such as a pending delete whose field
+    /// has no server value: the changeset still says what `pendingRows` says.
+    @Test func statesSetBySyncCode() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.write { tx in
+                try tx.setRowState("tasks", key: 1, RowState(fields: ["title": .clean("t"), "notes": .init(original: .null, current: "x")], isDeleted: true), kind: .serverChange, origin: .server)
+                try tx.setRowState("tasks", key: 2, RowState(fields: ["title": .init(original: "a", current: "b")], isConflicted: true), kind: .serverChange, origin: .server)
+            }
+            let (pending, changeset) = try store.read { snap in (try snap.pendingRows("tasks"), try snap.pendingChangeset("tasks")) }
+            let changes = try changeset.changes()
+            #expect(changes == Self.expected(pending, keyFields: ["id"]))
+            #expect(changes.map(\.kind) == [.delete, .update] && changes.map(\.isConflicted) == [false, true])
+        }
+    }
+
+    /// A row with 200 fields (entries far longer than a one-byte length) and a two-field key.
     @Test func aRowWithManyFieldsAndACompositeKey() throws {
         try withStore { store, _ in
             try store.createTable(.propertyBag("bag", key: [.string("name"), .int("n")]))

@@ -5,20 +5,24 @@ import LMDB
 /// update the first original and the last current of each changed field, a delete the row's
 /// originals; a row inserted and deleted again is not there at all.
 ///
-/// ``Snapshot/pendingChangeset(_:)`` copies the field values straight from the stored row
-/// records, without decoding them, so producing one costs little more than reading the pages.
-/// The buffer names its table and fields, so it can be stored, sent and read back with
-/// ``changes()`` by any version of Strata that reads its format.
+/// ``Snapshot/pendingChangeset(_:)`` copies the field entries straight from the stored row
+/// records, without decoding them — an insert's or a delete's in one copy — so producing one costs
+/// little more than reading the pages. The buffer names its table and fields, so it can be stored,
+/// sent and read back with ``changes()`` by any version of Strata that reads its format.
 ///
 /// Format (varints are LEB128, values in Strata's value encoding):
 ///
-///     "STCS" u8 version(1)
+///     "STCS" u8 version(2)
 ///     value table name, varint key field count,
 ///     varint field name count, value name…          (index = field id)
 ///     per row: u8 kind (1 insert, 2 update, 3 delete; +0x80 conflicted),
 ///              varint key length, key (order-preserving key encoding),
-///              varint field count, per field: varint field id, then
-///                  insert: current · update: original, current · delete: original
+///              varint entries length, field entries as the `rows` view stores them:
+///                  varint field id, u8 state, then state 0: value · state 1: original, current
+///              insert: every field, its value the current one · update: the changed fields ·
+///              delete: every field, its value the original (the server's) one
+///
+/// Version 1 (one value per field instead of stored entries) was never released; it is refused.
 public struct Changeset: Sendable, Hashable {
     /// The encoded changeset.
     public let bytes: [UInt8]
@@ -42,7 +46,7 @@ public struct Changeset: Sendable, Hashable {
     }
 
     static let magic: [UInt8] = Array("STCS".utf8)
-    static let version: UInt8 = 1
+    static let version: UInt8 = 2
 
     /// Wraps an encoded changeset, checking its header.
     ///
@@ -106,14 +110,21 @@ public struct Changeset: Sendable, Hashable {
                     var kr = ByteReader(keyBytes)
                     let key = try KeyCodec.readKey(&kr, count: h.keyCount)
                     var fields: [LogEntry.FieldChange] = []
-                    for _ in 0..<(try r.varint()) {
-                        let id = Int(clamping: try r.varint())
-                        guard id < h.fieldNames.count else { throw r.corrupt("field id \(id)") }
-                        let first = try r.value()
+                    var er = ByteReader(try r.bytes(Int(clamping: try r.varint())))
+                    while let e = try er.nextEntry() {
+                        guard e.id < h.fieldNames.count else { throw r.corrupt("field id \(e.id)") }
+                        var o = ByteReader(UnsafeRawBufferPointer(rebasing: er.buffer[e.original]))
+                        var c = ByteReader(UnsafeRawBufferPointer(rebasing: er.buffer[e.current]))
+                        let name = h.fieldNames[e.id]
                         switch kind {
-                        case .insert: fields.append(.init(field: h.fieldNames[id], original: .null, current: first))
-                        case .update: fields.append(.init(field: h.fieldNames[id], original: first, current: try r.value()))
-                        case .delete: fields.append(.init(field: h.fieldNames[id], original: first, current: .null))
+                        case .insert:
+                            let v = try c.value()
+                            if !v.isNull { fields.append(.init(field: name, original: .null, current: v)) }
+                        case .update:
+                            fields.append(.init(field: name, original: try o.value(), current: try c.value()))
+                        case .delete:
+                            let v = try o.value()
+                            if !v.isNull { fields.append(.init(field: name, original: v, current: .null)) }
                         }
                     }
                     changes.append(Change(key: key, kind: kind, isConflicted: tag & 0x80 != 0, fields: fields))
@@ -154,6 +165,7 @@ extension Snapshot {
             // is cheaper than a seek's binary search; a few steps without a match mean a gap,
             // which a seek crosses.
             var row: LMDB.Entry? = nil
+            var dirty: [Range<Int>] = []
             try scanTable(t, in: views.pending) { key, _ in
                 var steps = 0
                 while let r = row, compareBytes(r.key, key) < 0, steps < 4 {
@@ -164,7 +176,7 @@ extension Snapshot {
                 guard let found = row, compareBytes(found.key, key) == 0 else {
                     throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: key)), which has no row")
                 }
-                try Self.appendChange(key: key, record: found.value, to: &w)
+                try Self.appendChange(key: key, record: found.value, to: &w, dirty: &dirty)
                 return true
             }
         }
@@ -183,43 +195,29 @@ extension Snapshot {
         return max(1 << 12, Int(Double(rowBytes) * share))
     }
 
-    private static func appendChange(key: UnsafeRawBufferPointer, record: UnsafeRawBufferPointer, to w: inout ByteWriter) throws(StrataError) {
+    private static func appendChange(key: UnsafeRawBufferPointer, record: UnsafeRawBufferPointer, to w: inout ByteWriter, dirty: inout [Range<Int>]) throws(StrataError) {
         let h = try RowHeader(record)
         let kind: Changeset.Change.Kind = h.flags.contains(.inserted) ? .insert : h.flags.contains(.deleted) ? .delete : .update
         w.append(kind.rawValue | (h.flags.contains(.conflicted) ? 0x80 : 0))
         w.appendVarint(UInt64(key.count - 4))
         w.append(UnsafeRawBufferPointer(rebasing: key[4...]))
-        // The field count goes before the fields, and is known after them: leave one byte for
-        // it (enough below 128 fields) and move the fields in the rare case it needs more.
-        let countAt = w.count
-        w.append(0)
-        var count = 0
+        if kind != .update {
+            // Every entry, exactly as stored: one copy.
+            w.appendVarint(UInt64(record.count - h.entriesStart))
+            w.append(UnsafeRawBufferPointer(rebasing: record[h.entriesStart...]))
+            return
+        }
+        // Only the changed entries; their total length goes first.
+        dirty.removeAll(keepingCapacity: true)
+        var length = 0
         var r = ByteReader(record, offset: h.entriesStart)
         while let e = try r.nextEntry() {
-            switch kind {
-            case .insert:
-                count += 1
-                w.appendVarint(UInt64(e.id))
-                w.append(UnsafeRawBufferPointer(rebasing: record[e.current]))
-            case .update where e.isDirty:
-                count += 1
-                w.appendVarint(UInt64(e.id))
-                w.append(UnsafeRawBufferPointer(rebasing: record[e.original]))
-                w.append(UnsafeRawBufferPointer(rebasing: record[e.current]))
-            case .update:
-                break
-            case .delete:
-                count += 1
-                w.appendVarint(UInt64(e.id))
-                w.append(UnsafeRawBufferPointer(rebasing: record[e.original]))
+            if e.isDirty {
+                dirty.append(e.whole)
+                length += e.whole.count
             }
         }
-        if count < 0x80 {
-            w.bytes[countAt] = UInt8(count)
-        } else {
-            var varint = ByteWriter(capacity: 10)
-            varint.appendVarint(UInt64(count))
-            w.bytes.replaceSubrange(countAt..<countAt + 1, with: varint.bytes)
-        }
+        w.appendVarint(UInt64(length))
+        for d in dirty { w.append(UnsafeRawBufferPointer(rebasing: record[d])) }
     }
 }
