@@ -85,7 +85,9 @@ for batch in batches {
             }
         }
         editRates[system] = Double(count) / t
-        memory[system] = Double(max(0, ProcessMemory.peak - base)) / 1_048_576
+        // The resident high-water mark belongs to the process: once Strata's phase has set it,
+        // the peers that run after it cannot move it, so it is Strata's figure alone.
+        if system == "Strata" { memory[system] = Double(max(0, ProcessMemory.peak - base)) / 1_048_576 }
         heap[system] = Double(max(0, max(anonymousPeak, ProcessMemory.anonymous) - anonymousBase)) / 1_048_576
         if batch == batches.first, system != "SQLite plain" {
             payload[system] = try seconds { _ = try peer.pendingPayload() }
@@ -148,6 +150,7 @@ print("|---|---|" + allSystems.map { _ in "---:" }.joined(separator: "|") + "|--
 for r in rows {
     // Ratios read as "times better": rates divide Strata by the peer, times and sizes the peer by Strata.
     func ratio(_ peer: String) -> String {
+        guard r.unit != "MiB" || r.phase == "size on disk" else { return "–" }  // memory: absolute figures
         guard let s = r.values["Strata"], let p = r.values[peer], s > 0, p > 0 else { return "–" }
         return String(format: "%.2f×", r.higherIsBetter ? s / p : p / s)
     }
