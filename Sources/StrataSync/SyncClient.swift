@@ -121,7 +121,8 @@ public final class SyncClient: Sendable {
                 if try applyToCleanRow(row, table: delta.table, key: key, anchor: anchor, tx: tx, report: &report) { continue }
                 seen.remove(key)
             }
-            var values = row.fields.filter { !keyFields.contains($0.key) }
+            var values: [String: Value] = [:]
+            for (name, value) in row.fields where !keyFields.contains(name) { values[name] = stored(value, name, schema) }
             let existing = try tx.row(delta.table, key: RowKey(keyValues), includingDeleted: true)
             let key = existing?.key ?? RowKey(keyValues)
             guard seen.insert(key).inserted else {
@@ -157,13 +158,15 @@ public final class SyncClient: Sendable {
     }
 
 
-    /// The key as the store holds it: the store converts an int given for a double key field,
-    /// so the delta's `5` and `5.0` name the same row.
+    /// A value as the store holds it: the store converts an int given for a double field, so
+    /// the delta's `5` and a stored `5.0` are the same value (and `5` and `5.0` the same key).
+    private func stored(_ value: Value, _ field: String, _ schema: TableSchema) -> Value {
+        if case .int(let i) = value, schema.field(field)?.type == .double { return .double(Double(i)) }
+        return value
+    }
+
     private func storedKey(_ values: [Value], _ schema: TableSchema) -> RowKey {
-        RowKey(zip(values, schema.primaryKey).map { v, name in
-            if case .int(let i) = v, schema.field(name)?.type == .double { return .double(Double(i)) }
-            return v
-        })
+        RowKey(zip(values, schema.primaryKey).map { stored($0, $1, schema) })
     }
 
     /// The merge of a server row into a local row with nothing pending — most rows of most

@@ -11,6 +11,9 @@ import Testing
 /// audit records, byte for byte.
 @Suite struct CleanRowShortcutTests {
     static let bag = TableSchema.propertyBag("bag", key: [.int("id")])
+    /// A double field, which the delta sometimes sets with an int of the same value.
+    static let readings = TableSchema.fixed("readings", primaryKey: ["id"], fields: [.int("id"), .double("v", nullable: true)])
+    static let tables = ["tasks", "bag", "readings"]
     static let titles: [Value] = ["a", "b", "c"]
 
     @Test func theShortcutMergesAsTheFieldRulesDo() throws {
@@ -20,12 +23,15 @@ import Testing
             try withStore { slow in
                 for store in [fast, slow] {
                     try store.createTable(Self.bag)
+                    try store.createTable(Self.readings)
                     try store.write { tx in
                         for id in 1...40 {
                             try tx.insert("tasks", ["id": .int(Int64(id)), "title": "a", "notes": id % 3 == 0 ? .null : "n"])
                             try tx.acknowledge("tasks", key: RowKey(.int(Int64(id))))
                             try tx.insert("bag", ["id": .int(Int64(id)), "f0": .int(Int64(id % 4)), "f1": "s"])
                             try tx.acknowledge("bag", key: RowKey(.int(Int64(id))))
+                            try tx.insert("readings", ["id": .int(Int64(id)), "v": .double(Double(id % 3))])
+                            try tx.acknowledge("readings", key: RowKey(.int(Int64(id))))
                         }
                     }
                 }
@@ -63,26 +69,26 @@ import Testing
     static func editLocally(_ store: Store, _ rng: inout SplitMix64) throws {
         try store.write { tx in
             for _ in 0..<12 {
-                let table = rng.below(2) == 0 ? "tasks" : "bag"
+                let table = tables[rng.below(3)]
                 let key = RowKey(.int(Int64(1 + rng.below(50))))
                 let action = rng.below(6)
                 let value = rng.next()
                 let row = try tx.row(table, key: key, includingDeleted: true)
                 switch (row?.status, action) {
                 case (nil, _):
-                    if table == "tasks" {
-                        try tx.insert("tasks", ["id": key.values[0], "title": titles[Int(value % 3)]])
-                    } else {
-                        try tx.insert("bag", ["id": key.values[0], "f2": .int(Int64(value % 3))])
+                    switch table {
+                    case "tasks": try tx.insert("tasks", ["id": key.values[0], "title": titles[Int(value % 3)]])
+                    case "bag": try tx.insert("bag", ["id": key.values[0], "f2": .int(Int64(value % 3))])
+                    default: try tx.insert("readings", ["id": key.values[0], "v": .double(Double(value % 3))])
                     }
                 case (.deleted?, _), (_, 0): try tx.revert(table, key: key)
                 case (_, 1): try tx.delete(table, key: key)
                 case (_, 2): try tx.acknowledge(table, key: key)
                 default:
-                    if table == "tasks" {
-                        try tx.update("tasks", key: key, ["title": titles[Int(value % 3)]])
-                    } else {
-                        try tx.update("bag", key: key, ["f\(value % 3)": .int(Int64(value % 5))])
+                    switch table {
+                    case "tasks": try tx.update("tasks", key: key, ["title": titles[Int(value % 3)]])
+                    case "bag": try tx.update("bag", key: key, ["f\(value % 3)": .int(Int64(value % 5))])
+                    default: try tx.update("readings", key: key, ["v": .double(Double(value % 3))])
                     }
                 }
             }
@@ -96,9 +102,10 @@ import Testing
     static func delta(round: Int, _ rng: inout SplitMix64, absent: (Int) throws -> Bool) throws -> ServerDelta {
         var tasks: [ServerRow] = []
         var bag: [ServerRow] = []
+        var readings: [ServerRow] = []
         var deletes: [RowKey] = []
         for id in Set((0..<30).map { _ in 1 + rng.below(55) }).sorted() {
-            switch rng.below(8) {
+            switch rng.below(10) {
             case 0:
                 deletes.append(RowKey(.int(Int64(id))))
             case 1, 2, 3, 4:
@@ -109,6 +116,11 @@ import Testing
                 if rng.below(3) == 0 { fields["done"] = .bool(rng.below(2) == 0) }
                 if rng.below(3) == 0 { fields["notes"] = rng.below(2) == 0 ? .null : "n" }
                 tasks.append(ServerRow(fields, version: "v\(round)"))
+            case 5, 6:
+                // An int for the double field as often as a double: equal values must stay equal.
+                let k = rng.below(3)
+                let v: Value = [.int(Int64(k)), .double(Double(k)), .null][rng.below(3)]
+                readings.append(ServerRow(["id": .int(Int64(id)), "v": v]))
             default:
                 var fields: [String: Value] = ["id": .int(Int64(id))]
                 for f in 0..<5 where rng.below(3) == 0 {
@@ -118,13 +130,13 @@ import Testing
                 bag.append(ServerRow(fields))
             }
         }
-        return ServerDelta(anchor: "r\(round)", tables: [TableDelta("tasks", upserts: tasks, deletes: deletes), TableDelta("bag", upserts: bag)])
+        return ServerDelta(anchor: "r\(round)", tables: [TableDelta("tasks", upserts: tasks, deletes: deletes), TableDelta("bag", upserts: bag), TableDelta("readings", upserts: readings)])
     }
 
     /// Every row of both tables, deleted ones included, with originals and flags.
     static func state(_ store: Store) throws -> [String] {
         try store.read { snap in
-            try ["tasks", "bag"].flatMap { t in try snap.rows(t, includingDeleted: true).map { "\(t) \($0.description) \($0.status) \($0.isConflicted)" } }
+            try tables.flatMap { t in try snap.rows(t, includingDeleted: true).map { "\(t) \($0.description) \($0.status) \($0.isConflicted)" } }
         }
     }
 
@@ -145,7 +157,7 @@ import Testing
     static func cleanRows(_ store: Store) throws -> Set<String> {
         try store.read { snap in
             var clean = Set<String>()
-            for t in ["tasks", "bag"] {
+            for t in tables {
                 for row in try snap.rows(t, includingDeleted: true) where row.status == .unchanged && !row.isConflicted {
                     clean.insert("\(t) \(row.key)")
                 }
