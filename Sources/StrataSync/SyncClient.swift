@@ -113,21 +113,14 @@ public final class SyncClient: Sendable {
                     throw StrataError(.fieldNotFound, "\(context(RowKey(keyValues))) sets field '\(name)', which the table does not have")
                 }
             }
-            if useCleanRowShortcut {
-                let key = storedKey(keyValues, schema)
-                guard seen.insert(key).inserted else {
-                    throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
-                }
-                if try applyToCleanRow(row, table: delta.table, key: key, anchor: anchor, tx: tx, report: &report) { continue }
-                seen.remove(key)
-            }
-            var values: [String: Value] = [:]
-            for (name, value) in row.fields where !keyFields.contains(name) { values[name] = stored(value, name, schema) }
-            let existing = try tx.row(delta.table, key: RowKey(keyValues), includingDeleted: true)
-            let key = existing?.key ?? RowKey(keyValues)
+            let key = storedKey(keyValues, schema)
             guard seen.insert(key).inserted else {
                 throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
             }
+            if useCleanRowShortcut, try applyToCleanRow(row, table: delta.table, key: key, anchor: anchor, tx: tx, report: &report) { continue }
+            var values: [String: Value] = [:]
+            for (name, value) in row.fields where !keyFields.contains(name) { values[name] = stored(value, name, schema) }
+            let existing = try tx.row(delta.table, key: key, includingDeleted: true)
             if existing == nil && schema.mode == .fixed {
                 // A row new to this device: fields the server leaves out take their defaults.
                 for f in schema.fields where !keyFields.contains(f.name) && values[f.name] == nil {
@@ -156,7 +149,6 @@ public final class SyncClient: Sendable {
             }
         }
     }
-
 
     /// A value as the store holds it: the store converts an int given for a double field, so
     /// the delta's `5` and a stored `5.0` are the same value (and `5` and `5.0` the same key).
