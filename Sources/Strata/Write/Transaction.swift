@@ -290,7 +290,9 @@ public final class Transaction {
         checkOpen()
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
-        guard let old = try storedRow(), try RowHeader(old).flags.isEmpty else { return .needsMerge }
+        guard let old = try storedRow() else { return .needsMerge }
+        let h = try RowHeader(old)
+        guard h.flags.isEmpty else { return .needsMerge }
         valBuf.reset()
         newValues.removeAll(keepingCapacity: true)
         for (name, value) in values {
@@ -306,7 +308,6 @@ public final class Transaction {
         newValues.sort { $0.id < $1.id }
         // Compare with the stored entries; any dirty one means the row is pending after all.
         var replaced: [(id: Int, old: Range<Int>?, new: Range<Int>)] = []
-        let h = try RowHeader(old)
         var r = ByteReader(old, offset: h.entriesStart)
         var e = try r.nextEntry()
         var i = 0
