@@ -11,6 +11,35 @@ public protocol SyncTransport: Sendable {
     func push(_ batch: Batch) async throws -> BatchAck
 }
 
+/// Thrown by a ``SyncTransport`` when the server can no longer serve this client incrementally:
+/// the client must pull a full snapshot and reset its store (``SyncClient/reset(with:keepLocalChanges:)``).
+///
+/// `sync(with:)` does not retry it: retrying cannot help.
+public struct ResetRequired: Error, Sendable, Hashable, CustomStringConvertible {
+    /// Why the server wants a reset.
+    public enum Reason: String, Sendable, Codable, Hashable {
+        /// The server does not know this client (it was forgotten, or the server's data was
+        /// replaced).
+        case unknownClient
+        /// The anchor the client pulls from is older than the server keeps changes for.
+        case anchorExpired
+    }
+
+    /// Why the server wants a reset.
+    public var reason: Reason
+    /// The server's own words, for logs.
+    public var message: String
+
+    public init(_ reason: Reason, message: String = "") {
+        self.reason = reason
+        self.message = message
+    }
+
+    public var description: String {
+        "the server asks for a client reset (\(reason.rawValue))" + (message.isEmpty ? "" : ": \(message)")
+    }
+}
+
 /// Where a sync stands, for a progress bar.
 public struct SyncProgress: Sendable, Hashable {
     public enum Phase: String, Sendable { case pull, merge, push }
