@@ -78,6 +78,10 @@ extension ReadableTransaction {
         return try body(&cursor)
     }
 
+    /// The transaction's id (`mdb_txn_id`): for a read transaction, the id of the last write it
+    /// sees; for a write transaction, the id its commit will have.
+    public var id: Int { mdb_txn_id(handle) }
+
     /// Statistics of `db`, including its number of entries.
     public func stats(_ db: Database) throws(LMDBError) -> DatabaseStats {
         var s = MDB_stat()

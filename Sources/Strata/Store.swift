@@ -42,6 +42,12 @@ public struct StoreOptions: Sendable {
     /// more is folded in several passes over its rows, each written through to the store.
     /// Default: 256 MiB.
     public var foldMemoryLimit: Int = 256 << 20
+    /// The memory, in bytes, the overlay may hold before a commit also checkpoints it. Commits
+    /// write only the log; the view changes they imply wait in memory (the overlay) until a
+    /// checkpoint writes them into the views in LMDB, in key order. This bounds that memory, and
+    /// with it the log tail another process (or a reopen after a crash) folds before its first
+    /// read. Default: 64 MiB.
+    public var overlayBudget: Int = 64 << 20
 
     public init() {}
 }
@@ -76,6 +82,8 @@ public final class Store: Sendable {
     /// The catalog last seen; every transaction checks its version against `meta`.
     let cachedCatalog: Mutex<Catalog>
     let observers = Observers()
+    /// The view changes committed but not yet checkpointed, as of the newest commit.
+    let overlay: PublishedOverlay
 
     /// Shared `flock` on `strata.lock` in the store's folder, held while the store is open, so
     /// that ``reclaimSpace(at:)`` can tell that nobody has it open.
@@ -83,7 +91,7 @@ public final class Store: Sendable {
 
     /// The store format this version of Strata writes. Older formats are migrated when opened
     /// (see `Migration.swift`); newer ones are refused.
-    public static let formatVersion: UInt64 = 2
+    public static let formatVersion: UInt64 = 3
 
     /// Opens the store in the folder at `path`, creating it (and the folder, with any missing
     /// parent folders) if needed.
@@ -123,9 +131,40 @@ public final class Store: Sendable {
         }
         (views, clientID) = (opened.0, opened.1)
         self.cachedCatalog = Mutex(opened.2)
+        overlay = PublishedOverlay(.empty(at: 0))
+        do {
+            // Folds what the last process left un-checkpointed (a crash, or another process
+            // that has the store open), so the first read finds it done.
+            _ = try Store.asStrataError { try env.read { txn in try overlayVersion(for: txn) } }
+        } catch {
+            close(lockFD)
+            throw error
+        }
     }
 
-    deinit { close(lockFD) }
+    deinit {
+        // The log holds everything; this only spares the next open the fold of the tail.
+        try? checkpointOnClose()
+        close(lockFD)
+    }
+
+    /// Writes a non-empty overlay into the views, without a ``Transaction`` (which would hold
+    /// on to the store).
+    private func checkpointOnClose() throws {
+        let version = overlay.current
+        guard !version.isEmpty else { return }
+        try Store.mappingStorageErrors {
+            try env.write { txn in
+                // Only if the overlay still completes the store: another process may have
+                // written or checkpointed since.
+                let end = try txn.lastLSN(in: views)
+                let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? end
+                guard version.lsn == end, version.base <= viewsLSN, viewsLSN < end else { return }
+                try Checkpoint.write(version, into: txn, views)
+                try txn.setMeta(MetaKey.viewsLSN, end, in: views)
+            }
+        }
+    }
 
     /// Refuses a file shorter than its own last page says: LMDB maps the file and would read
     /// past its end (a SIGBUS, not an error) at the first touch of a missing page.
@@ -152,6 +191,7 @@ public final class Store: Sendable {
                     try txn.setMeta(MetaKey.clientID, Array(UUID().uuidString.utf8), in: views)
                     try txn.setMeta(MetaKey.catalog, try Catalog().encoded(), in: views)
                     try txn.setMeta(MetaKey.catalogVersion, 0, in: views)
+                    try txn.setMeta(MetaKey.viewsLSN, 0, in: views)
                 case let v? where v > Store.formatVersion:
                     throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), newer than this Strata reads (\(Store.formatVersion)); upgrade Strata to open it")
                 case let v? where v < Store.formatVersion:
@@ -170,9 +210,10 @@ public final class Store: Sendable {
 
     /// Runs `body` in one write transaction and commits it when `body` returns.
     ///
-    /// Every edit in `body` appends one operation to the log and updates the views in the same
-    /// LMDB transaction, so either all of `body` is stored or none of it. If `body` throws, nothing
-    /// is stored and the error is rethrown.
+    /// Every edit in `body` appends one operation to the log, so either all of `body` is stored
+    /// or none of it. If `body` throws, nothing is stored and the error is rethrown. The commit
+    /// makes the log durable; the views it changes are written behind, through the in-memory
+    /// overlay (see ``StoreOptions/overlayBudget``), and every read sees them at once.
     ///
     /// `body` is synchronous: LMDB ties a write transaction to its thread, so it must not suspend.
     /// When the store must grow its map, `body` runs again from the start; keep it free of side
@@ -182,14 +223,18 @@ public final class Store: Sendable {
     public func write<R>(_ body: (Transaction) throws -> R) throws -> R {
         var committedCatalog: Catalog?
         var notification: CommitNotification?
+        var committedOverlay: OverlayVersion?
         let result: R
         do {
             result = try Store.mappingStorageErrors {
                 try env.write { txn in
-                    let tx = try Transaction(store: self, txn: txn, catalog: try currentCatalog(txn))
+                    let working = OverlayBuffer(try overlayVersion(for: txn.reader))
+                    let tx = try Transaction(store: self, txn: txn, overlay: working, catalog: try currentCatalog(txn))
                     defer { tx.close() }
                     let r = try body(tx)
                     try tx.finish()
+                    working.version.lmdbTxnID = txn.id
+                    committedOverlay = working.version
                     committedCatalog = tx.catalogChanged ? tx.catalog : nil
                     notification = tx.notification
                     return r
@@ -198,6 +243,8 @@ public final class Store: Sendable {
         } catch let error as StrataError where error.code == .storage {
             throw diagnoseWriteFailure(error)
         }
+        // Only after the commit, so that no snapshot sees view changes its log does not have.
+        if let committedOverlay { overlay.publish(committedOverlay) }
         if let committedCatalog { publish(committedCatalog) }
         // After the commit: nothing is told about a transaction that rolled back.
         if let notification { observers.notify(notification) }
@@ -213,7 +260,8 @@ public final class Store: Sendable {
     public func read<R>(_ body: (Snapshot) throws -> R) throws -> R {
         try Store.mappingStorageErrors {
             try env.read { txn in
-                try body(Snapshot(txn: txn, views: views, catalog: try currentCatalog(txn)))
+                let reader = ViewReader(txn: txn, views: views, overlay: OverlayBuffer(try overlayVersion(for: txn)))
+                return try body(Snapshot(txn: reader, views: views, catalog: try currentCatalog(txn)))
             }
         }
     }
@@ -305,7 +353,11 @@ public final class Store: Sendable {
 extension Store {
     /// Copies the store to the folder `path` (which must exist and be empty), optionally
     /// compacted. Safe while the store is in use: the copy is one consistent snapshot.
+    ///
+    /// The overlay is checkpointed first, so the copy opens without a log tail to fold (a
+    /// write committed meanwhile still reaches the copy, through its log).
     public func copy(to path: String, compact: Bool = true) throws {
+        try checkpoint()
         try Store.mappingStorageErrors { try env.copy(to: path, compact: compact) }
     }
 }

@@ -33,6 +33,8 @@ import Testing
                 try tx.insert("bag", ["k": "a\u{0}b", "x": .bytes([0, 1]), "when": .timestamp(Date())])
             }
             let catalog = try store.read { $0.catalog }
+            // The records are read from LMDB itself: write the overlay there first.
+            try store.checkpoint()
             var rows: [([UInt8], [UInt8])] = []
             var ops: [(UInt64, [UInt8])] = []
             try store.env.read { txn in

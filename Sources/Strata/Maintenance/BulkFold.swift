@@ -34,6 +34,9 @@ struct BulkFold {
     private let views: Views
     private let catalog: Catalog
     private let txn: LMDB.WriteTransaction
+    /// The same transaction for the index and view code, which writes through a ``ViewWriter``;
+    /// without an overlay, it writes straight into LMDB.
+    private let writer: ViewWriter
     private let budget: Int
     /// Whether the target's derived databases hold rows (they do after a flush): rows are then
     /// read back on a miss and replaced at the flush, instead of appended.
@@ -61,6 +64,7 @@ struct BulkFold {
         self.views = views
         self.catalog = catalog
         self.txn = txn
+        self.writer = ViewWriter(txn, views, overlay: nil)
         self.budget = budget
         buckets = [Int32](repeating: -1, count: 1 << 10)
     }
@@ -206,8 +210,8 @@ struct BulkFold {
                             // The log passed the unique checks when it was written; checking here,
                             // with rows written in key order instead of log order, could see a
                             // value still held by a row flushed later.
-                            try views.updateIndexes(table, target: k, old: before, new: after, in: txn, checkingUniqueness: false)
-                            try views.updateViews(table, target: k, old: before, new: after, in: txn)
+                            try views.updateIndexes(table, target: k, old: before, new: after, in: writer, checkingUniqueness: false)
+                            try views.updateViews(table, target: k, old: before, new: after, in: writer)
                         }
                     }
                 }

@@ -78,6 +78,9 @@ extension Store {
         try write { tx in
             let txn = tx.txn
             let reader = txn.reader
+            // The log after the checkpointed views must stay whole (other processes fold it), so
+            // the commit that moves the horizon also checkpoints.
+            tx.requestCheckpoint()
             let previous = try reader.horizon(in: views)
             let last = try reader.lastLSN(in: views)
             var target = last
@@ -115,7 +118,7 @@ extension Store {
     }
 
     /// The LSN of the first operation after `lsn` whose timestamp is after `cutoff` (µs).
-    private func firstOperation(after lsn: UInt64, newerThan cutoff: UInt64, _ reader: ReadTransaction) throws -> UInt64? {
+    private func firstOperation(after lsn: UInt64, newerThan cutoff: UInt64, _ reader: ViewReader) throws -> UInt64? {
         try reader.scan(views.log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: (lsn + 1).bigEndian) { Array($0) })
             while let entry = e {
@@ -131,7 +134,7 @@ extension Store {
     }
 
     /// The smallest LSN that made a row pending, `nil` when no row is pending.
-    private func oldestPendingLSN(_ reader: ReadTransaction) throws -> UInt64? {
+    private func oldestPendingLSN(_ reader: ViewReader) throws -> UInt64? {
         var oldest: UInt64? = nil
         try reader.scan(views.pending) { c in
             var e = try c.first()
@@ -147,7 +150,7 @@ extension Store {
 
     /// Moves the operations up to `horizon` from the log into `base`; removes the `gone` entries
     /// they leave dangling. Returns the number of operations folded.
-    private func fold(through horizon: UInt64, _ txn: LMDB.WriteTransaction) throws -> Int {
+    private func fold(through horizon: UInt64, _ txn: ViewWriter) throws -> Int {
         var folded = 0
         var state = ByteWriter(capacity: 512)
         while true {
@@ -168,7 +171,7 @@ extension Store {
                 try withBytes(record) { (op) throws(StrataError) in
                     let header = try OperationHeader(op)
                     let target = UnsafeRawBufferPointer(rebasing: op[header.target])
-                    let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.base).map(Array.init) }
+                    let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.base).map { Array($0) } }
                     let result = try withBytes(old ?? []) { (o) throws(StrataError) -> Bool? in
                         if old != nil, try RowHeader(o).lastLSN != header.prevLSN {
                             throw StrataError(.corruptRecord, "operation \(lsn) follows LSN \(header.prevLSN), but its row's base state was last changed at LSN \(try RowHeader(o).lastLSN)")
@@ -177,12 +180,12 @@ extension Store {
                     }
                     try lmdb { () throws(LMDBError) in
                         if result == nil {
-                            _ = try txn.delete(target, in: views.base)
+                            try txn.delete(target, in: views.base)
                         } else {
                             try state.withUnsafeBytes { (b) throws(LMDBError) in try txn.put(target, b, in: views.base) }
                         }
                         var key = lsn.bigEndian
-                        _ = try Swift.withUnsafeBytes(of: &key) { (k) throws(LMDBError) in try txn.delete(k, in: views.log) }
+                        try Swift.withUnsafeBytes(of: &key) { (k) throws(LMDBError) in try txn.delete(k, in: views.log) }
                     }
                 }
             }
@@ -198,7 +201,7 @@ extension Store {
                 e = try c.next()
             }
         }
-        try lmdb { () throws(LMDBError) in for key in dangling { _ = try txn.delete(key, in: views.gone) } }
+        try lmdb { () throws(LMDBError) in for key in dangling { try txn.delete(key, in: views.gone) } }
         return folded
     }
 
@@ -236,7 +239,7 @@ extension Transaction {
 
     /// Removes the log pin `name`; nothing happens when there is none.
     public func unpinLog(_ name: String) throws {
-        _ = try lmdb { () throws(LMDBError) in try txn.delete(Array((MetaKey.pinPrefix + name).utf8), in: views.meta) }
+        try lmdb { () throws(LMDBError) in try txn.delete(Array((MetaKey.pinPrefix + name).utf8), in: views.meta) }
     }
 }
 

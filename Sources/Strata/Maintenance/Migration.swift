@@ -19,6 +19,9 @@ enum Migration {
             case 1:
                 // `Views.open` created `base` in this transaction; no horizon means 0.
                 break
+            case 2:
+                // Format 2 kept the views in the same transaction as the log.
+                try txn.setMeta(MetaKey.viewsLSN, try txn.lastLSN(in: views), in: views)
             default:
                 throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), which no version of Strata wrote; it cannot be migrated")
             }

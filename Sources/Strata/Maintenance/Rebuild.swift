@@ -51,7 +51,11 @@ extension Store {
     @discardableResult
     public func rebuild(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Int {
         try write { tx in
-            let txn = tx.txn
+            let txn = tx.txn.writeTxn!
+            // Straight into LMDB: the overlay is dropped, and the commit records the views as
+            // current through the log's end.
+            tx.overlay.version = .empty(at: tx.lastLSN)
+            tx.requestCheckpoint()
             try Store.mappingStorageErrors { try views.derived.forEach { try txn.clear($0) } }
             return try Store.fold(from: txn.reader, views, into: txn, views, catalog: tx.catalog, budget: options.foldMemoryLimit, progress: progress)
         }
@@ -60,6 +64,11 @@ extension Store {
     /// Rebuilds the views from the base snapshot and the log into a scratch store and compares them with the live
     /// views, entry by entry. The live store is only read; writers may go on meanwhile (the
     /// comparison uses one snapshot).
+    ///
+    /// The live views are those every read sees: the checkpointed views in LMDB with the overlay
+    /// on top. When the overlay holds entries, the checkpointed views alone are also compared with
+    /// the fold of the log up to the LSN they reflect; their differences are reported under the
+    /// view's name with `@checkpoint` appended.
     ///
     /// `progress`, if given, is called now and then with the operations folded so far and the
     /// length of the log.
@@ -74,22 +83,34 @@ extension Store {
         return try Store.mappingStorageErrors {
             let scratch = try Environment(path: scratchPath, options: options)
             let scratchViews = try scratch.write { try Views.open($0) }
-            return try env.read { live in
-                let catalog = try currentCatalog(live)
-                let count = try scratch.write { txn in
-                    try Store.fold(from: live, views, into: txn, scratchViews, catalog: catalog, budget: self.options.foldMemoryLimit, progress: progress)
-                }
-                return try scratch.read { rebuilt in
-                    var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
-                    var rebuiltSums = liveSums
-                    var differences: [VerifyReport.Difference] = []
-                    for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("gone", views.gone, scratchViews.gone), ("index", views.index, scratchViews.index), ("view", views.view, scratchViews.view)] {
-                        let (l, r) = try compare(name, live, a, rebuilt, b, catalog: catalog, into: &differences)
-                        liveSums[name] = l
-                        rebuiltSums[name] = r
+            return try env.read { txn in
+                let catalog = try currentCatalog(txn)
+                let version = try overlayVersion(for: txn)
+                var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
+                var rebuiltSums = liveSums
+                var differences: [VerifyReport.Difference] = []
+                /// Folds the log through `lsn` into the (empty) scratch views and compares them
+                /// with the live views as `live` reads them.
+                func check(_ live: ViewReader, through lsn: UInt64, suffix: String) throws -> Int {
+                    let count = try scratch.write { target in
+                        try views.derived.forEach { try target.clear($0) }
+                        return try Store.fold(from: txn, views, into: target, scratchViews, catalog: catalog, budget: self.options.foldMemoryLimit, through: lsn, progress: suffix.isEmpty ? progress : nil)
                     }
-                    return VerifyReport(operations: count, live: liveSums, rebuilt: rebuiltSums, differences: differences)
+                    try scratch.read { rebuilt in
+                        for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("gone", views.gone, scratchViews.gone), ("index", views.index, scratchViews.index), ("view", views.view, scratchViews.view)] {
+                            let (l, r) = try compare(name + suffix, live, a, rebuilt, b, catalog: catalog, into: &differences)
+                            liveSums[name + suffix] = l
+                            rebuiltSums[name + suffix] = r
+                        }
+                    }
+                    return count
                 }
+                let count = try check(ViewReader(txn: txn, views: views, overlay: OverlayBuffer(version)), through: version.lsn, suffix: "")
+                if !version.isEmpty {
+                    let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? version.lsn
+                    _ = try check(ViewReader(txn: txn, views: views, overlay: nil), through: viewsLSN, suffix: "@checkpoint")
+                }
+                return VerifyReport(operations: count, live: liveSums, rebuilt: rebuiltSums, differences: differences)
             }
         }
     }
@@ -146,7 +167,7 @@ extension Store {
 
     /// Merge-walks two databases in key order, recording differences and digesting both.
     private func compare(
-        _ name: String, _ liveTxn: ReadTransaction, _ liveDB: Database, _ rebuiltTxn: ReadTransaction, _ rebuiltDB: Database,
+        _ name: String, _ liveTxn: ViewReader, _ liveDB: Database, _ rebuiltTxn: ReadTransaction, _ rebuiltDB: Database,
         catalog: Catalog, into differences: inout [VerifyReport.Difference]
     ) throws -> ((Int, UInt64), (Int, UInt64)) {
         var liveDigest = ViewDigest()
@@ -157,7 +178,7 @@ extension Store {
             guard differences.count < VerifyReport.maxDifferences else { return }
             differences.append(.init(view: name, entry: catalog.describe(rowsKey: key), kind: kind))
         }
-        try liveTxn.withCursor(liveDB) { a in
+        try liveTxn.scan(liveDB) { a in
             try rebuiltTxn.withCursor(rebuiltDB) { b in
                 var x = try a.first()
                 var y = try b.first()
@@ -258,9 +279,9 @@ struct Digest {
 enum Invariants {
     /// Re-folds the row `target` from its chain of operations and checks the live `rows` and
     /// `pending` entries equal the result.
-    static func checkRow(_ target: [UInt8], txn: LMDB.WriteTransaction, views: Views) throws(StrataError) {
+    static func checkRow(_ target: [UInt8], txn: ViewWriter, views: Views) throws(StrataError) {
         let (state, pending) = try Store.asStrataError { try txn.reader.foldChain(of: target, views: views) }
-        let live = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows).map(Array.init) }
+        let live = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows).map { Array($0) } }
         guard live == state else {
             throw StrataError(.corruptRecord, "invariant: the live row differs from the fold of its operations")
         }

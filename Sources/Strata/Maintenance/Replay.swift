@@ -44,6 +44,9 @@ extension Store {
                         from: source, views, into: txn, target.views, catalog: catalog, budget: self.options.foldMemoryLimit,
                         through: lsn, copying: true, progress: progress
                     )
+                    // The fold wrote the views themselves: they are current through the last
+                    // operation copied.
+                    try txn.setMeta(MetaKey.viewsLSN, try txn.lastLSN(in: target.views), in: target.views)
                 }
             }
         }

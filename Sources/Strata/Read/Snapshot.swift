@@ -6,7 +6,8 @@ import LMDB
 /// Everything it returns is a copy that may outlive it; the snapshot itself never leaves its
 /// closure.
 public struct Snapshot {
-    let txn: LMDB.ReadTransaction
+    /// LMDB's snapshot with the overlay that belongs with it.
+    let txn: ViewReader
     let views: Views
     let catalog: Catalog
 
@@ -162,7 +163,7 @@ public struct Snapshot {
 @available(*, unavailable, message: "snapshots never leave their closure")
 extension Snapshot: Sendable {}
 
-extension ReadableTransaction {
+extension ViewReader {
     /// The LSN of the operation that removed the row at `target`, 0 when it was never removed.
     func goneLSN(_ target: [UInt8], views: Views) throws(StrataError) -> UInt64 {
         guard let b = try lmdb({ () throws(LMDBError) in try get(target, in: views.gone) }) else { return 0 }

@@ -78,7 +78,7 @@ extension Views {
     /// A unique index refuses a value another row holds, before anything is written (unless
     /// `checkingUniqueness` is false: a fold of a log whose writes were checked).
     func updateIndexes(
-        _ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: LMDB.WriteTransaction,
+        _ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: ViewWriter,
         checkingUniqueness: Bool = true
     ) throws(StrataError) {
         guard !t.indexes.isEmpty else { return }
@@ -102,7 +102,7 @@ extension Views {
     }
 
     /// Throws when another row holds `values` in a unique index.
-    private func checkUnique(_ index: IndexInfo, _ t: TableInfo, _ values: [Value], rowKey: [UInt8], in txn: LMDB.WriteTransaction) throws(StrataError) {
+    private func checkUnique(_ index: IndexInfo, _ t: TableInfo, _ values: [Value], rowKey: [UInt8], in txn: ViewWriter) throws(StrataError) {
         let prefix = IndexKeys.prefix(index, values)
         let others: [[UInt8]] = try txn.scan(self.index) { c in
             var keys: [[UInt8]] = []

@@ -45,7 +45,7 @@ extension Row {
 
 extension Views {
     /// Updates the named views of table `t` for a row that changed from `old` to `new`.
-    func updateViews(_ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: LMDB.WriteTransaction) throws(StrataError) {
+    func updateViews(_ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: ViewWriter) throws(StrataError) {
         guard !t.views.isEmpty else { return }
         // A view holds the rows the app can read: not those deleted locally.
         func visible(_ record: UnsafeRawBufferPointer?) throws(StrataError) -> Row? {
@@ -105,6 +105,8 @@ extension Transaction {
         catalog.tables[t.id] = t
         catalog.nextIndexID += 1
         markCatalogChanged()
+        // The entries for existing rows come from no operation: checkpoint them with the commit.
+        requestCheckpoint()
     }
 }
 

@@ -43,8 +43,22 @@ struct Views: Sendable {
         )
     }
 
-    /// The databases derived from the log, which ``Store/rebuild()`` drops and refills.
+    /// The databases derived from the log, which ``Store/rebuild()`` drops and refills and the
+    /// overlay holds entries of, in this order (an ``OverlayVersion``'s trees).
     var derived: [Database] { [rows, pending, gone, index, view] }
+
+    /// The position of `db` in ``derived``, `nil` for the log, `meta` and `base`.
+    @inline(__always)
+    func derivedSlot(_ db: Database) -> Int? {
+        switch db.dbi {
+        case rows.dbi: 0
+        case pending.dbi: 1
+        case gone.dbi: 2
+        case index.dbi: 3
+        case view.dbi: 4
+        default: nil
+        }
+    }
 
     /// Folds one operation into `rows`, `pending`, `gone` and the table's indexes.
     ///
@@ -54,7 +68,7 @@ struct Views: Sendable {
     /// - Complexity: O(log n) per database touched, plus the size of the row.
     func apply(
         operation op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64, old: UnsafeRawBufferPointer?,
-        table: TableInfo, in txn: LMDB.WriteTransaction, scratch: inout ByteWriter
+        table: TableInfo, in txn: ViewWriter, scratch: inout ByteWriter, checkingUniqueness: Bool = true
     ) throws(StrataError) {
         var wasPending = false
         if let old {
@@ -71,7 +85,7 @@ struct Views: Sendable {
         if !table.indexes.isEmpty || !table.views.isEmpty {
             let newRow = isPending == nil ? nil : scratch.bytes
             try withBytes(newRow ?? []) { (n) throws(StrataError) in
-                try updateIndexes(table, target: target, old: old, new: newRow == nil ? nil : n, in: txn)
+                try updateIndexes(table, target: target, old: old, new: newRow == nil ? nil : n, in: txn, checkingUniqueness: checkingUniqueness)
                 try updateViews(table, target: target, old: old, new: newRow == nil ? nil : n, in: txn)
             }
         }
@@ -99,6 +113,9 @@ enum MetaKey {
     static let catalog = "catalog"
     static let catalogVersion = "catalogVersion"
     static let lastTxn = "lastTxn"
+    /// The LSN the views in LMDB reflect: operations after it are folded into the overlay (in
+    /// the process that wrote them) but not yet checkpointed.
+    static let viewsLSN = "viewsLSN"
     static let clientID = "clientID"
     /// The compaction horizon: every operation up to this LSN is folded into `base`.
     static let horizon = "horizon"

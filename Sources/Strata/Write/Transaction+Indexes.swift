@@ -54,6 +54,8 @@ extension Transaction {
         catalog.tables[t.id] = t
         catalog.nextIndexID += 1
         markCatalogChanged()
+        // The entries for existing rows come from no operation: checkpoint them with the commit.
+        requestCheckpoint()
     }
 }
 

@@ -11,7 +11,10 @@ import LMDB
 /// field — logs nothing.
 public final class Transaction {
     let store: Store
-    let txn: LMDB.WriteTransaction
+    /// Writes the log and `meta` into LMDB and the views into `overlay`.
+    let txn: ViewWriter
+    /// The working copy of the overlay, published when the transaction commits.
+    let overlay: OverlayBuffer
     let views: Views
     var catalog: Catalog
     private(set) var catalogChanged = false
@@ -34,13 +37,17 @@ public final class Transaction {
     private var changes: [RowChangeEvent]? = nil
     private var firstLSN: UInt64 = 0
 
-    init(store: Store, txn: LMDB.WriteTransaction, catalog: Catalog) throws(StrataError) {
+    /// Whether the commit also checkpoints: writes the overlay into the views in LMDB.
+    private var checkpointRequested = false
+
+    init(store: Store, txn: LMDB.WriteTransaction, overlay: OverlayBuffer, catalog: Catalog) throws(StrataError) {
         self.store = store
-        self.txn = txn
+        self.txn = ViewWriter(txn, store.views, overlay: overlay)
+        self.overlay = overlay
         self.views = store.views
         self.catalog = catalog
         self.baseCatalogVersion = catalog.version
-        self.nextLSN = try txn.lastLSN(in: store.views) + 1
+        self.nextLSN = try self.txn.lastLSN(in: store.views) + 1
         self.firstLSN = nextLSN
         if !store.observers.isEmpty { changes = [] }
         self.timestampMicros = UInt64(max(0, (Date().timeIntervalSince1970 * 1_000_000).rounded()))
@@ -459,7 +466,7 @@ public final class Transaction {
     /// key with no row, the operation that removed an earlier row with that key (0 if none).
     private func previousLSN(_ old: UnsafeRawBufferPointer?) throws(StrataError) -> UInt64 {
         if let old { return try RowHeader(old).lastLSN }
-        return try txn.goneLSN(keyBuf.bytes, views: views)
+        return try txn.reader.goneLSN(keyBuf.bytes, views: views)
     }
 
     /// Notes the change of the row at `keyBuf` for observers.
@@ -498,6 +505,30 @@ public final class Transaction {
                 try Invariants.checkRow(target, txn: txn, views: views)
             }
         }
+        overlay.version.lsn = nextLSN - 1
+        if checkpointRequested || overlay.version.bytes > store.options.overlayBudget {
+            try checkpoint()
+        }
+    }
+
+    /// The last LSN this transaction wrote, or the log's end before it when it wrote nothing.
+    var lastLSN: UInt64 { nextLSN - 1 }
+
+    /// Makes the commit a checkpoint too: the overlay is written into the views in LMDB.
+    ///
+    /// Operations that change views without logging anything (an index or a named view built
+    /// from existing rows, a rebuild, a compaction) call this, so that another process, which
+    /// folds the log after the checkpointed views into its own overlay, never needs to
+    /// reproduce them.
+    func requestCheckpoint() { checkpointRequested = true }
+
+    /// Writes the overlay into the views in LMDB, in key order, and records the LSN they now
+    /// reflect; the overlay starts over, empty.
+    private func checkpoint() throws(StrataError) {
+        guard let lmdbTxn = txn.writeTxn else { return }
+        try Checkpoint.write(overlay.version, into: lmdbTxn, views)
+        try txn.setMeta(MetaKey.viewsLSN, lastLSN, in: views)
+        overlay.version = .empty(at: lastLSN)
     }
 
     // MARK: Input validation and encoding

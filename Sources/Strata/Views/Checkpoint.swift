@@ -1,0 +1,125 @@
+import Foundation
+import LMDB
+
+/// The overlay this process has published for one open store: the newest version, which every
+/// new snapshot starts from.
+///
+/// No lock is held across a transaction. A reader or writer takes the published version and
+/// checks it belongs with its LMDB snapshot (same log end, views checkpointed no further than
+/// the overlay goes); when it does not — another process wrote, or a writer of this process has
+/// committed but not yet published — it folds the log's tail itself (`foldTail`), which is a
+/// pure function of the snapshot, and publishes the result. Publishing keeps the newest version
+/// by (LSN, base), so the order in which racing publishers arrive does not matter.
+final class PublishedOverlay: @unchecked Sendable {
+    // @unchecked: `version` is read and replaced only under `lock`; a version is immutable once
+    // published (writers change copies, which share nodes copy-on-write).
+    private let lock = NSLock()
+    private var version: OverlayVersion
+
+    init(_ version: OverlayVersion) { self.version = version }
+
+    var current: OverlayVersion {
+        lock.lock()
+        defer { lock.unlock() }
+        return version
+    }
+
+    /// Publishes `candidate` unless a newer version is already published.
+    func publish(_ candidate: OverlayVersion) {
+        lock.lock()
+        defer { lock.unlock() }
+        if (candidate.lsn, candidate.base) >= (version.lsn, version.base) { version = candidate }
+    }
+}
+
+extension Store {
+    /// The overlay that completes the LMDB snapshot `txn`: the published version when it belongs
+    /// with it, else the log's tail after the checkpointed views folded into a new version
+    /// (which is published).
+    ///
+    /// - Complexity: O(1) when the version belongs (one comparison of transaction ids, or two
+    ///   lookups); otherwise O(k log n) for the k operations of the tail.
+    func overlayVersion(for txn: LMDB.ReadTransaction) throws(StrataError) -> OverlayVersion {
+        var o = overlay.current
+        let id = txn.id
+        if o.lmdbTxnID == id { return o }
+        let end = try txn.lastLSN(in: views)
+        let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? end
+        guard viewsLSN <= end else {
+            throw StrataError(.corruptRecord, "the views of the store at '\(path)' claim LSN \(viewsLSN), past the end of its log (\(end))")
+        }
+        // The version fits when it goes exactly to the log's end and starts no later than the
+        // checkpointed views: views ⊕ overlay is then the fold of the whole log.
+        if !(o.base <= viewsLSN && viewsLSN <= o.lsn && o.lsn <= end) { o = .empty(at: viewsLSN) }
+        if o.lsn < end { o = try foldTail(onto: o, through: end, txn) }
+        o.lmdbTxnID = id
+        overlay.publish(o)
+        return o
+    }
+
+    /// Folds the operations after `version.lsn` through `end` into a copy of `version`, with the
+    /// same view code the write path runs.
+    private func foldTail(onto version: OverlayVersion, through end: UInt64, _ txn: LMDB.ReadTransaction) throws(StrataError) -> OverlayVersion {
+        let buffer = OverlayBuffer(version)
+        let writer = ViewWriter(reading: txn, views, overlay: buffer)
+        let catalog = try currentCatalog(txn)
+        var scratch = ByteWriter(capacity: 512)
+        var table: TableInfo? = nil
+        try txn.scan(views.log) { c in
+            var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: (version.lsn + 1).bigEndian) { Array($0) })
+            var expected = version.lsn + 1
+            while let entry = e {
+                var r = ByteReader(entry.key)
+                let lsn = try r.bigEndian64()
+                if lsn > end { break }
+                guard lsn == expected else {
+                    throw StrataError(.corruptRecord, "the log of the store at '\(path)' jumps from LSN \(expected - 1) to \(lsn) after its checkpointed views")
+                }
+                let header = try OperationHeader(entry.value)
+                let target = UnsafeRawBufferPointer(rebasing: entry.value[header.target])
+                var tr = ByteReader(target)
+                let tableID = try tr.bigEndian32()
+                if table?.id != tableID { table = try catalog.table(id: tableID) }
+                let old = try lmdb { () throws(LMDBError) in try writer.get(target, in: views.rows) }
+                // The log passed every unique check when it was written.
+                try views.apply(operation: entry.value, header: header, lsn: lsn, old: old, table: table!, in: writer, scratch: &scratch, checkingUniqueness: false)
+                expected += 1
+                e = try c.next()
+            }
+            guard expected > end else {
+                throw StrataError(.corruptRecord, "the log of the store at '\(path)' ends at LSN \(expected - 1), before its last operation \(end)")
+            }
+        }
+        buffer.version.lsn = end
+        return buffer.version
+    }
+
+    /// Writes the overlay into the views in LMDB (a checkpoint of its own, outside any write), so
+    /// that the next open has no tail to fold. Nothing happens when the overlay is empty.
+    public func checkpoint() throws {
+        guard !overlay.current.isEmpty else { return }
+        try write { $0.requestCheckpoint() }
+    }
+}
+
+/// Writing the overlay into LMDB.
+enum Checkpoint {
+    /// Puts every entry of `version` (deletes every tombstone) into the views of `txn`, in key
+    /// order: one pass per database, each page touched once.
+    static func write(_ version: OverlayVersion, into txn: LMDB.WriteTransaction, _ views: Views) throws(StrataError) {
+        for (slot, db) in views.derived.enumerated() where version.trees[slot].count > 0 {
+            var cursor = OverlayCursor(version.trees[slot])
+            var e = cursor.first()
+            while let entry = e {
+                try lmdb { () throws(LMDBError) in
+                    if let value = entry.value {
+                        try txn.put(entry.key, value.bytes, in: db)
+                    } else {
+                        _ = try txn.delete(entry.key, in: db)
+                    }
+                }
+                e = cursor.next()
+            }
+        }
+    }
+}
