@@ -60,6 +60,9 @@ var options = StoreOptions()
 options.durability = durability
 // A small map, so that map growth (and its retries) happens under the kills too.
 options.initialMapSize = 256 * 1024
+// The tests choose how often the overlay is checkpointed: after every commit, now and then, or
+// never (the whole history stays a log tail for the next open to fold).
+if let budget = ProcessInfo.processInfo.environment["STRATA_OVERLAY_BUDGET"].flatMap(Int.init) { options.overlayBudget = budget }
 let store = try Store(path: arguments[1], options: options)
 try store.createTable(.fixed("crash", fields: [.int("id"), .int("txn"), .int("part"), .string("payload")]))
 if let fileLimit {

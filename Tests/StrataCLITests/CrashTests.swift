@@ -28,6 +28,10 @@ import Glibc
             let process = Process()
             process.executableURL = try Self.helper()
             process.arguments = [path, mode, String(g.next())]
+            // Checkpoints after every commit, every few commits, or never: kills land inside
+            // checkpoints, and reopens fold tails of every length.
+            let budget = ["0", "65536", String(Int.max)][round % 3]
+            process.environment = ProcessInfo.processInfo.environment.merging(["STRATA_OVERLAY_BUDGET": budget]) { $1 }
             let out = Pipe()
             process.standardOutput = out
             try process.run()
@@ -67,6 +71,8 @@ import Glibc
         let writer = Process()
         writer.executableURL = try CrashTests.helper()
         writer.arguments = [path, "noSync", "7"]
+        // The writer never checkpoints: every snapshot here folds the log's tail itself.
+        writer.environment = ProcessInfo.processInfo.environment.merging(["STRATA_OVERLAY_BUDGET": String(Int.max)]) { $1 }
         writer.standardOutput = FileHandle.nullDevice
         try writer.run()
         defer {
@@ -84,7 +90,22 @@ import Glibc
             let (counter, tagged) = try store.read { snap -> (Int, [Int: Int]) in
                 let counter = Int(try snap.row("crash", key: 0)?["txn"].intValue ?? 0)
                 var tagged: [Int: Int] = [:]
-                for row in try snap.rows("crash", includingDeleted: true) where row.key != 0 { tagged[Int(row["txn"].intValue!), default: 0] += 1 }
+                let rows = try snap.rows("crash", includingDeleted: true)
+                for row in rows where row.key != 0 { tagged[Int(row["txn"].intValue!), default: 0] += 1 }
+                // The same snapshot through the pending view and a paged query agrees with it.
+                let pending = try snap.pendingRows("crash").map(\.key)
+                #expect(pending == rows.filter { $0.status != .unchanged }.map(\.key), "the pending view disagrees with the rows")
+                var paged: [RowKey] = []
+                var token: PageToken? = nil
+                repeat {
+                    let page = try snap.page(Query("crash", orderBy: [.descending("txn"), .ascending("id")]), size: 2000, after: token)
+                    paged += page.rows.map(\.key)
+                    token = page.next
+                } while token != nil
+                let txnOf = Dictionary(uniqueKeysWithValues: rows.map { ($0.key, $0["txn"].intValue!) })
+                let visible = rows.filter { $0.status != .deleted }.map(\.key)
+                #expect(Set(paged) == Set(visible) && paged.count == visible.count, "a paged query disagrees with the rows")
+                #expect(zip(paged, paged.dropFirst()).allSatisfy { txnOf[$0]! >= txnOf[$1]! }, "a paged query is out of order")
                 return (counter, tagged)
             }
             #expect(tagged.keys.allSatisfy { $0 <= counter } && (1...max(counter, 1)).allSatisfy { counter == 0 || tagged[$0] == 5 }, "a torn snapshot at counter \(counter)")

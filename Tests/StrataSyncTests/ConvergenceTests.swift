@@ -144,9 +144,10 @@ final class TestServer {
         }
     }
 
-    @Test(arguments: [3, 4])
-    func clientsConvergeAndNoEditIsLost(clients count: Int) throws {
-        let seed = testSeed("clientsConvergeAndNoEditIsLost(\(count))")
+    /// `overlayBudget`: a checkpoint after every commit (0), every few commits, or never.
+    @Test(arguments: [3, 4], [0, 4096, Int.max])
+    func clientsConvergeAndNoEditIsLost(clients count: Int, overlayBudget: Int) throws {
+        let seed = testSeed("clientsConvergeAndNoEditIsLost(\(count), overlayBudget: \(overlayBudget))")
         var g = SplitMix64(seed: seed)
         let server = TestServer()
         let policies: [ConflictPolicy] = [.serverWins, .clientWins, .lastWriterWins, .deferred]
@@ -159,6 +160,7 @@ final class TestServer {
             var options = StoreOptions()
             options.durability = .noSync
             options.checkInvariants = true
+            options.overlayBudget = overlayBudget
             let store = try Store(path: path, options: options)
             try store.createTable(tasks)
             clients.append(Client(id: id, store: store, sync: SyncClient(store: store, policy: policies[g.below(4)])))

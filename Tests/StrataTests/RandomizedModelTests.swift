@@ -187,12 +187,16 @@ fileprivate struct Model {
     }
 
     /// With `compacting`, the log is compacted every 25 transactions with a random retention:
-    /// the tables, pending state and invariants must not notice.
-    @Test(arguments: [false, true]) func storeAgreesWithTheModel(compacting: Bool) throws {
-        let seed = testSeed("storeAgreesWithTheModel(compacting: \(compacting))")
+    /// the tables, pending state and invariants must not notice. `overlayBudget` runs it with a
+    /// checkpoint after every commit (0), one every few commits, and none at all (everything
+    /// stays in the overlay).
+    @Test(arguments: [false, true], [0, 4096, Int.max])
+    func storeAgreesWithTheModel(compacting: Bool, overlayBudget: Int) throws {
+        let seed = testSeed("storeAgreesWithTheModel(compacting: \(compacting), overlayBudget: \(overlayBudget))")
         var gen = Generator(rng: SplitMix64(seed: seed))
         var options = StoreOptions()
         options.checkInvariants = true
+        options.overlayBudget = overlayBudget
         let schemas = [tasksSchema, Self.pairs, Self.bag]
         try withStore(options) { store, path in
             for s in schemas { try store.createTable(s) }

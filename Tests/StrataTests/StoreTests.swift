@@ -167,6 +167,64 @@ private func state(_ store: Store) throws -> [String] {
         }
     }
 
+    /// A snapshot keeps reading its own state while a commit and a checkpoint (which rewrites
+    /// the views in LMDB and empties the overlay) happen under it.
+    @Test func aSnapshotOutlivesACheckpoint() throws {
+        var options = StoreOptions()
+        options.overlayBudget = Int.max
+        try withStore(options) { store, _ in
+            try store.createTable(tasksSchema)
+            try store.write { tx in for i in 1...50 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "before"]) } }
+            try store.read { snap in
+                let before = try snap.rows("tasks")
+                let pendingBefore = try snap.pendingRows().count
+                // Another thread: change every row, then checkpoint.
+                let done = DispatchSemaphore(value: 0)
+                Thread {
+                    try? store.write { tx in for i in 1...50 { try tx.update("tasks", key: .init(.int(Int64(i))), ["title": "after"]) } }
+                    try? store.write { tx in for i in 1...25 { try tx.acknowledge("tasks", key: .init(.int(Int64(i)))) } }
+                    try? store.checkpoint()
+                    done.signal()
+                }.start()
+                done.wait()
+                #expect(try snap.rows("tasks") == before)
+                #expect(try snap.rows("tasks").allSatisfy { $0["title"] == "before" })
+                #expect(try snap.pendingRows().count == pendingBefore)
+            }
+            #expect(try store.read { try $0.rows("tasks").allSatisfy { $0["title"] == "after" } })
+            #expect(try store.read { try $0.pendingRows().count } == 25)
+            #expect(try store.verify().isConsistent)
+        }
+    }
+
+    /// Views are written behind: commits leave the views in LMDB as they were until a
+    /// checkpoint, and a reopened store folds what was left behind.
+    @Test func commitsWriteTheLogAndACheckpointWritesTheViews() throws {
+        var options = StoreOptions()
+        options.overlayBudget = Int.max
+        try withTemporaryFolder { path in
+            do {
+                let store = try Store(path: path, options: options)
+                try store.createTable(tasksSchema)
+                try store.write { tx in for i in 1...20 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) } }
+                let inLMDB = try store.env.read { try $0.stats(store.views.rows).entries }
+                #expect(inLMDB == 0)
+                #expect(try store.read { try $0.count("tasks") } == 20)
+                let report = try store.verify()
+                #expect(report.isConsistent && report.live["rows@checkpoint"]?.entries == 0, "\(report)")
+                try store.checkpoint()
+                #expect(try store.env.read { try $0.stats(store.views.rows).entries } == 20)
+                try store.write { tx in try tx.delete("tasks", key: 20) }
+                #expect(try store.env.read { try $0.stats(store.views.rows).entries } == 20)
+            }
+            // Closed with an overlay: the close checkpointed it.
+            let store = try Store(path: path, options: options)
+            #expect(try store.read { try $0.count("tasks") } == 19)
+            #expect(try store.read { try $0.pendingRows().count } == 19)
+            #expect(try store.verify().isConsistent)
+        }
+    }
+
     @Test func verifyFindsAViewThatDisagreesWithTheLog() throws {
         try withStore { store, _ in
             try store.createTable(tasksSchema)
