@@ -113,7 +113,7 @@ enum Checkpoint {
             while let entry = e {
                 try lmdb { () throws(LMDBError) in
                     if let value = entry.value {
-                        try txn.put(entry.key, value.bytes, in: db)
+                        try txn.put(entry.key, value, in: db)
                     } else {
                         _ = try txn.delete(entry.key, in: db)
                     }

@@ -9,39 +9,92 @@ import Foundation
 // trees are copy-on-write B-trees, so a commit copies only the nodes it touches (and only once
 // per commit: a node the writer already copied is uniquely referenced and changed in place).
 
-/// Bytes at a stable address for the life of the object: a key or value of the overlay. Cursors
-/// and `get` lend these bytes as `UnsafeRawBufferPointer`s, as LMDB lends its pages.
-final class Blob: ManagedBuffer<Int, UInt8> {
-    static func make(_ bytes: UnsafeRawBufferPointer) -> Blob {
-        let blob = unsafeDowncast(Blob.create(minimumCapacity: bytes.count) { _ in bytes.count }, to: Blob.self)
-        if let source = bytes.baseAddress, bytes.count > 0 {
-            blob.withUnsafeMutablePointerToElements { UnsafeMutableRawPointer($0).copyMemory(from: source, byteCount: bytes.count) }
+/// The memory of an overlay's entries, from one checkpoint to the next: keys and values are
+/// copied into large chunks and never moved or freed while any version of that stretch lives.
+/// A value replaced by a later commit stays until then; the overlay's budget counts it.
+///
+/// Nodes therefore hold plain ``EntryRef``s, which cost no reference counting to copy, and a
+/// commit's copy of a node is a memory copy.
+final class EntryArena: @unchecked Sendable {
+    // @unchecked: `chunks` and the bump pointer change only under `lock`; the bytes handed out
+    // are written once, before the reference to them is published, and never again.
+    private let lock = NSLock()
+    private var chunks: [UnsafeMutableRawPointer] = []
+    private var next: UnsafeMutableRawPointer? = nil
+    private var left = 0
+    static let chunkSize = 1 << 20
+
+    init() {}
+
+    deinit { for c in chunks { c.deallocate() } }
+
+    /// Copies `key` and `value` (`nil`: a tombstone) into the arena.
+    func store(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?) -> EntryRef {
+        let size = key.count + (value?.count ?? 0)
+        lock.lock()
+        defer { lock.unlock() }
+        if size > Self.chunkSize / 4 {
+            // A large entry gets a chunk of its own; the current chunk stays in use.
+            let chunk = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 16)
+            chunks.append(chunk)
+            return Self.copy(key, value, to: chunk)
         }
-        return blob
+        if size > left {
+            let chunk = UnsafeMutableRawPointer.allocate(byteCount: Self.chunkSize, alignment: 16)
+            chunks.append(chunk)
+            next = chunk
+            left = Self.chunkSize
+        }
+        let base = next!
+        next = base + size
+        left -= size
+        return Self.copy(key, value, to: base)
     }
 
-    @inline(__always)
-    var bytes: UnsafeRawBufferPointer {
-        withUnsafeMutablePointerToElements { UnsafeRawBufferPointer(start: $0, count: header) }
+    private static func copy(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?, to base: UnsafeMutableRawPointer) -> EntryRef {
+        if let k = key.baseAddress, key.count > 0 { base.copyMemory(from: k, byteCount: key.count) }
+        if let value, let v = value.baseAddress, value.count > 0 { (base + key.count).copyMemory(from: v, byteCount: value.count) }
+        return EntryRef(base: UnsafeRawPointer(base), key: Int32(key.count), value: value.map { Int32($0.count) } ?? -1)
     }
 }
 
-/// A node of an ``OverlayTree``. A leaf holds keys and values (`nil`: a tombstone, the key was
-/// deleted); an inner node holds children, with `keys[i]` the smallest key under `children[i]`.
+/// An overlay entry's key and value bytes (or a tombstone), in an ``EntryArena``.
+struct EntryRef {
+    let base: UnsafeRawPointer
+    let keyCount: Int32
+    /// -1: a tombstone.
+    let valueCount: Int32
+
+    init(base: UnsafeRawPointer, key: Int32, value: Int32) {
+        self.base = base
+        self.keyCount = key
+        self.valueCount = value
+    }
+
+    @inline(__always)
+    var key: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base, count: Int(keyCount)) }
+
+    /// `nil` for a tombstone.
+    @inline(__always)
+    var value: UnsafeRawBufferPointer? {
+        valueCount < 0 ? nil : UnsafeRawBufferPointer(start: base + Int(keyCount), count: Int(valueCount))
+    }
+}
+
+/// A node of an ``OverlayTree``. A leaf holds entries; an inner node holds children, with
+/// `refs[i]` the smallest key under `children[i]`.
 final class OverlayNode {
-    var keys: [Blob]
-    var values: [Blob?]
+    var refs: [EntryRef]
     var children: [OverlayNode]
 
-    init(keys: [Blob] = [], values: [Blob?] = [], children: [OverlayNode] = []) {
-        self.keys = keys
-        self.values = values
+    init(refs: [EntryRef] = [], children: [OverlayNode] = []) {
+        self.refs = refs
         self.children = children
     }
 
     var isLeaf: Bool { children.isEmpty }
 
-    func copy() -> OverlayNode { OverlayNode(keys: keys, values: values, children: children) }
+    func copy() -> OverlayNode { OverlayNode(refs: refs, children: children) }
 }
 
 /// An ordered map from key bytes to value bytes or a tombstone, in LMDB's key order, with value
@@ -51,32 +104,33 @@ struct OverlayTree {
     /// Keys held, tombstones included.
     private(set) var count = 0
 
-    /// Entries per node before it splits: small enough that copying a node is cheap, large enough
-    /// that the tree stays three or four levels deep at a million entries.
-    static let maxEntries = 64
+    /// Entries per node before it splits. A commit copies every node it changes that an earlier
+    /// version still shares: a leaf copy is a memory copy, an inner node's retains its children.
+    static let maxEntries = 48
 
     /// The entry for `key`: `.some(nil)` is a tombstone, `nil` means the overlay does not know
-    /// the key (the view in LMDB decides).
+    /// the key (the view in LMDB decides). The bytes live as long as the version's arena.
     ///
     /// - Complexity: O(log n).
-    func find(_ key: UnsafeRawBufferPointer) -> Blob?? {
+    func find(_ key: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer?? {
         var node = root
-        while !node.isLeaf { node = node.children[Self.childIndex(node.keys, key)] }
-        let i = Self.lowerBound(node.keys, key)
-        guard i < node.keys.count, compareBytes(node.keys[i].bytes, key) == 0 else { return nil }
-        return .some(node.values[i])
+        while !node.isLeaf { node = node.children[Self.childIndex(node.refs, key)] }
+        let refs = node.refs
+        let i = Self.lowerBound(refs, key)
+        guard i < refs.count, compareKeys(refs[i].key, key) == 0 else { return nil }
+        return .some(refs[i].value)
     }
 
-    /// Sets `key` to `value` (`nil`: a tombstone). Returns the entry it replaced, as ``find(_:)``.
+    /// Sets `key` to `value` (`nil`: a tombstone). Returns the entry it replaced, if any.
     ///
     /// - Complexity: O(log n), plus a copy of each node on the path still shared with another
     ///   version.
     @discardableResult
-    mutating func set(_ key: UnsafeRawBufferPointer, _ value: Blob?) -> Blob?? {
+    mutating func set(_ entry: EntryRef) -> EntryRef? {
         if !isKnownUniquelyReferenced(&root) { root = root.copy() }
-        var replaced: Blob?? = nil
-        if let split = Self.insert(root, key, value, &replaced) {
-            root = OverlayNode(keys: [root.keys[0], split.keys[0]], children: [root, split])
+        var replaced: EntryRef? = nil
+        if let split = Self.insert(root, entry, &replaced) {
+            root = OverlayNode(refs: [root.refs[0], split.refs[0]], children: [root, split])
         }
         if replaced == nil { count += 1 }
         return replaced
@@ -84,48 +138,47 @@ struct OverlayTree {
 
     /// Inserts into `node`, which the caller made uniquely referenced. Returns the new right
     /// sibling when the node split.
-    private static func insert(_ node: OverlayNode, _ key: UnsafeRawBufferPointer, _ value: Blob?, _ replaced: inout Blob??) -> OverlayNode? {
+    private static func insert(_ node: OverlayNode, _ entry: EntryRef, _ replaced: inout EntryRef?) -> OverlayNode? {
+        let key = entry.key
         if node.isLeaf {
-            let i = lowerBound(node.keys, key)
-            if i < node.keys.count, compareBytes(node.keys[i].bytes, key) == 0 {
-                replaced = .some(node.values[i])
-                node.values[i] = value
+            let i = lowerBound(node.refs, key)
+            if i < node.refs.count, compareKeys(node.refs[i].key, key) == 0 {
+                replaced = node.refs[i]
+                node.refs[i] = entry
                 return nil
             }
-            node.keys.insert(Blob.make(key), at: i)
-            node.values.insert(value, at: i)
-            guard node.keys.count > maxEntries else { return nil }
-            let half = node.keys.count / 2
-            let right = OverlayNode(keys: Array(node.keys[half...]), values: Array(node.values[half...]))
-            node.keys.removeSubrange(half...)
-            node.values.removeSubrange(half...)
-            return right
+            node.refs.insert(entry, at: i)
+            return node.refs.count > maxEntries ? split(node) : nil
         }
-        let c = childIndex(node.keys, key)
+        let c = childIndex(node.refs, key)
         if !isKnownUniquelyReferenced(&node.children[c]) { node.children[c] = node.children[c].copy() }
         let child = node.children[c]
-        let split = insert(child, key, value, &replaced)
+        let sibling = insert(child, entry, &replaced)
         // A key below every other lands in the first child; its smallest key is now `key`.
-        if c == 0 { node.keys[0] = child.keys[0] }
-        guard let split else { return nil }
-        node.keys.insert(split.keys[0], at: c + 1)
-        node.children.insert(split, at: c + 1)
-        guard node.children.count > maxEntries else { return nil }
-        let half = node.children.count / 2
-        let right = OverlayNode(keys: Array(node.keys[half...]), children: Array(node.children[half...]))
-        node.keys.removeSubrange(half...)
-        node.children.removeSubrange(half...)
+        if c == 0 { node.refs[0] = child.refs[0] }
+        guard let sibling else { return nil }
+        node.refs.insert(sibling.refs[0], at: c + 1)
+        node.children.insert(sibling, at: c + 1)
+        return node.refs.count > maxEntries ? split(node) : nil
+    }
+
+    /// Moves the upper half of `node` into a new right sibling.
+    private static func split(_ node: OverlayNode) -> OverlayNode {
+        let half = node.refs.count / 2
+        let right = OverlayNode(refs: Array(node.refs[half...]), children: node.isLeaf ? [] : Array(node.children[half...]))
+        node.refs.removeSubrange(half...)
+        if !node.isLeaf { node.children.removeSubrange(half...) }
         return right
     }
 
     /// The first index whose key is at least `key`.
     @inline(__always)
-    static func lowerBound(_ keys: [Blob], _ key: UnsafeRawBufferPointer) -> Int {
+    static func lowerBound(_ refs: [EntryRef], _ key: UnsafeRawBufferPointer) -> Int {
         var lo = 0
-        var hi = keys.count
+        var hi = refs.count
         while lo < hi {
             let mid = (lo + hi) >> 1
-            if compareBytes(keys[mid].bytes, key) < 0 { lo = mid + 1 } else { hi = mid }
+            if compareKeys(refs[mid].key, key) < 0 { lo = mid + 1 } else { hi = mid }
         }
         return lo
     }
@@ -133,12 +186,12 @@ struct OverlayTree {
     /// The child of an inner node whose range holds `key`: the last whose smallest key is at most
     /// `key`, or the first.
     @inline(__always)
-    static func childIndex(_ keys: [Blob], _ key: UnsafeRawBufferPointer) -> Int {
+    static func childIndex(_ refs: [EntryRef], _ key: UnsafeRawBufferPointer) -> Int {
         var lo = 0
-        var hi = keys.count
+        var hi = refs.count
         while lo < hi {
             let mid = (lo + hi) >> 1
-            if compareBytes(keys[mid].bytes, key) <= 0 { lo = mid + 1 } else { hi = mid }
+            if compareKeys(refs[mid].key, key) <= 0 { lo = mid + 1 } else { hi = mid }
         }
         return max(lo - 1, 0)
     }
@@ -147,8 +200,6 @@ struct OverlayTree {
 /// A forward cursor over an ``OverlayTree``. It holds the nodes it walks, so the bytes it lends
 /// stay valid while it lives, whatever happens to the tree it came from.
 struct OverlayCursor {
-    typealias Item = (key: UnsafeRawBufferPointer, value: Blob?)
-
     private let root: OverlayNode
     /// The nodes from the root to the current leaf, with the index taken in each.
     private var path: [(node: OverlayNode, index: Int)] = []
@@ -158,47 +209,47 @@ struct OverlayCursor {
         path.reserveCapacity(6)
     }
 
-    mutating func first() -> Item? {
+    mutating func first() -> EntryRef? {
         path.removeAll(keepingCapacity: true)
         return descendLeftmost(root)
     }
 
-    mutating func seek(atLeast key: UnsafeRawBufferPointer) -> Item? {
+    mutating func seek(atLeast key: UnsafeRawBufferPointer) -> EntryRef? {
         path.removeAll(keepingCapacity: true)
         var node = root
         while !node.isLeaf {
-            let c = OverlayTree.childIndex(node.keys, key)
+            let c = OverlayTree.childIndex(node.refs, key)
             path.append((node, c))
             node = node.children[c]
         }
-        let i = OverlayTree.lowerBound(node.keys, key)
+        let i = OverlayTree.lowerBound(node.refs, key)
         path.append((node, i))
-        return i < node.keys.count ? item() : nextLeaf()
+        return i < node.refs.count ? item() : nextLeaf()
     }
 
-    mutating func next() -> Item? {
+    mutating func next() -> EntryRef? {
         guard !path.isEmpty else { return nil }
         path[path.count - 1].index += 1
-        return path[path.count - 1].index < path[path.count - 1].node.keys.count ? item() : nextLeaf()
+        return path[path.count - 1].index < path[path.count - 1].node.refs.count ? item() : nextLeaf()
     }
 
-    private func item() -> Item {
+    private func item() -> EntryRef {
         let (leaf, i) = path[path.count - 1]
-        return (leaf.keys[i].bytes, leaf.values[i])
+        return leaf.refs[i]
     }
 
-    private mutating func descendLeftmost(_ start: OverlayNode) -> Item? {
+    private mutating func descendLeftmost(_ start: OverlayNode) -> EntryRef? {
         var node = start
         while !node.isLeaf {
             path.append((node, 0))
             node = node.children[0]
         }
         path.append((node, 0))
-        return node.keys.isEmpty ? nil : item()
+        return node.refs.isEmpty ? nil : item()
     }
 
     /// Moves to the first entry of the next leaf (leaves are never empty, but for an empty root).
-    private mutating func nextLeaf() -> Item? {
+    private mutating func nextLeaf() -> EntryRef? {
         path.removeLast()
         while let top = path.last {
             let c = top.index + 1
@@ -226,14 +277,16 @@ struct OverlayVersion {
     /// The LMDB transaction whose committed state this version completes (`mdb_txn_id`); a
     /// snapshot of that transaction needs no further check. 0: unknown.
     var lmdbTxnID: Int
+    /// Where the entries' bytes live.
+    var arena: EntryArena
 
     static let derivedCount = 5
-    /// Per-entry memory beyond the key and value bytes: two blob headers, slots in the node
-    /// arrays, and the nodes' slack.
-    static let entryOverhead = 96
+    /// Per-entry memory beyond the key and value bytes: its slots in the node arrays and the
+    /// nodes' slack.
+    static let entryOverhead = 48
 
     static func empty(at lsn: UInt64, lmdbTxnID: Int = 0) -> OverlayVersion {
-        OverlayVersion(trees: Array(repeating: OverlayTree(), count: derivedCount), base: lsn, lsn: lsn, bytes: 0, lmdbTxnID: lmdbTxnID)
+        OverlayVersion(trees: Array(repeating: OverlayTree(), count: derivedCount), base: lsn, lsn: lsn, bytes: 0, lmdbTxnID: lmdbTxnID, arena: EntryArena())
     }
 
     var isEmpty: Bool { trees.allSatisfy { $0.count == 0 } }
@@ -243,27 +296,31 @@ struct OverlayVersion {
 /// the published version; a writer gets one holding its working copy, published at commit.
 final class OverlayBuffer {
     var version: OverlayVersion
-    /// Values replaced in this buffer, kept alive until it goes: bytes lent by ``get`` stay valid
-    /// for the whole transaction, as long as the caller does not outlive it.
-    private var replaced: [Blob] = []
 
     init(_ version: OverlayVersion) { self.version = version }
 
     @inline(__always)
-    func find(_ key: UnsafeRawBufferPointer, slot: Int) -> Blob?? {
+    func find(_ key: UnsafeRawBufferPointer, slot: Int) -> UnsafeRawBufferPointer?? {
         version.trees[slot].count == 0 ? nil : version.trees[slot].find(key)
     }
 
+    /// Sets `key` to `value` (`nil`: a tombstone). Bytes lent earlier stay valid: the arena
+    /// keeps what an entry replaced.
     func set(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?, slot: Int) {
-        let blob = value.map(Blob.make)
-        let old = version.trees[slot].set(key, blob)
-        let newBytes = blob?.header ?? 0
-        switch old {
-        case nil:
-            version.bytes += key.count + newBytes + OverlayVersion.entryOverhead
-        case let .some(previous):
-            version.bytes += newBytes - (previous?.header ?? 0)
-            if let previous { replaced.append(previous) }
-        }
+        let entry = version.arena.store(key, value)
+        let added = version.trees[slot].set(entry) == nil
+        version.bytes += key.count + (value?.count ?? 0) + (added ? OverlayVersion.entryOverhead : 0)
     }
+}
+
+/// LMDB's key order (bytewise, a prefix first), deciding most comparisons on the first eight
+/// bytes without a call: keys share a table id and usually differ early.
+@inline(__always)
+func compareKeys(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+    if a.count >= 8, b.count >= 8 {
+        let x = UInt64(bigEndian: a.loadUnaligned(as: UInt64.self))
+        let y = UInt64(bigEndian: b.loadUnaligned(as: UInt64.self))
+        if x != y { return x < y ? -1 : 1 }
+    }
+    return compareBytes(a, b)
 }

@@ -21,7 +21,7 @@ struct ViewReader {
     @inline(__always)
     func get(_ key: UnsafeRawBufferPointer, in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? {
         if let overlay, let slot = views.derivedSlot(db), let entry = overlay.find(key, slot: slot) {
-            return entry?.bytes
+            return entry
         }
         return try txn.get(key, in: db)
     }
@@ -60,7 +60,7 @@ struct ViewCursor {
     private var overlay: OverlayCursor?
     /// The candidates: the entry under each cursor, not yet passed.
     private var l: Entry?
-    private var o: OverlayCursor.Item?
+    private var o: EntryRef?
     /// Which candidates the current entry consumed, to step past on `next()`.
     private var takeL = false
     private var takeO = false
@@ -121,7 +121,7 @@ struct ViewCursor {
             }
             if let value = oe.value {
                 (takeL, takeO) = (order == 0, true)
-                current = (oe.key, value.bytes)
+                current = (oe.key, value)
                 return current
             }
             // A tombstone: the key is gone, from LMDB's side too.
