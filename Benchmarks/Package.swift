@@ -21,6 +21,8 @@ let package = Package(
                 .product(name: "Strata", package: "Strata"),
                 .product(name: "StrataSync", package: "Strata"),
                 .product(name: "StrataWorkload", package: "Strata"),
+                // The raw-LMDB peer: the engine's own limit.
+                .product(name: "LMDB", package: "Strata"),
             ]
         ),
         // `swift run -c release compare`: every phase, Strata against the peers, in one run.

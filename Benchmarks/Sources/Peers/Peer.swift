@@ -29,6 +29,11 @@ public protocol Peer: AnyObject {
     /// Merges `delta` (the merge phase's server rows, see ``MergeWorkload``), server wins on
     /// conflicts; returns false when the system has no merge.
     func merge(_ delta: MergeWorkload) throws -> Bool
+    /// Writes what commits left for later into the main file: Strata's overlay into its views,
+    /// SQLite's WAL into the database (`wal_checkpoint(TRUNCATE)`).
+    func checkpoint() throws
+    /// Reads row `id` in a read transaction of its own; returns whether it exists.
+    func readRow(_ id: Int64) throws -> Bool
 }
 
 /// The merge phase: after the preload, the device edits the title of rows 1…`pending`; then a

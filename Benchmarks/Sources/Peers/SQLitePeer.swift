@@ -42,6 +42,24 @@ public final class SQLitePeer: Peer {
             }
         }
         if kind == .session { saveChangeset = try db.prepare("INSERT INTO changesets(data) VALUES (?1)") }
+        select = try db.prepare("SELECT title, priority, done, notes, updated FROM tasks WHERE id = ?1")
+    }
+
+    private var select: OpaquePointer!
+
+    public func checkpoint() throws { try db.exec("PRAGMA wal_checkpoint(TRUNCATE)") }
+
+    /// A point read in autocommit mode: one implicit read transaction per statement.
+    public func readRow(_ id: Int64) throws -> Bool {
+        sqlite3_bind_int64(select, 1, id)
+        defer { sqlite3_reset(select) }
+        let rc = sqlite3_step(select)
+        if rc == SQLITE_ROW {
+            _ = (0..<5).map { SQLiteDatabase.column(select, Int32($0)) }
+            return true
+        }
+        guard rc == SQLITE_DONE else { try db.check(rc, "sqlite3_step"); return false }
+        return false
     }
 
     static func createSchema(_ db: SQLiteDatabase, kind: Kind) throws {

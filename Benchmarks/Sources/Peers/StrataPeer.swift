@@ -87,6 +87,12 @@ public final class StrataPeer: Peer {
         return true
     }
 
+    public func checkpoint() throws { try store.checkpoint() }
+
+    public func readRow(_ id: Int64) throws -> Bool {
+        try store.read { try $0.row("tasks", key: RowKey(.int(id))) } != nil
+    }
+
     public var sizeOnDisk: Int {
         (try? FileManager.default.attributesOfItem(atPath: folder + "/data.mdb")[.size] as? Int) ?? 0
     }

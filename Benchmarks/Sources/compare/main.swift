@@ -7,7 +7,7 @@ import StrataWorkload
 // one process and prints every phase with Strata's ratio to each peer, as a Markdown table.
 //
 //   swift run -c release compare [--edits N] [--preload N] [--single N] [--batches 1000,100,1] [--probes N]
-//                                [--systems Strata,trigger,session,plain]
+//                                [--reads N] [--systems Strata,trigger,session,plain]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 func option(_ name: String, _ fallback: Int, in arguments: [String] = arguments) -> Int {
@@ -18,6 +18,7 @@ let editCount = option("edits", 1_000_000)
 let preloadCount = option("preload", 100_000)
 let singleCount = option("single", 10_000)
 let timeTravelProbes = option("probes", 20)
+let pointReadCount = option("reads", 100_000)
 var timeTravelAnswers: [[Value]?] = []
 let batches = (arguments.firstIndex(of: "--batches").map { arguments[$0 + 1] } ?? "1000,100,1").split(separator: ",").compactMap { Int($0) }
 
@@ -42,6 +43,19 @@ let systems = (arguments.firstIndex(of: "--systems").map { arguments[$0 + 1] }).
     allSystems.filter { s in list.split(separator: ",").contains { s.hasSuffix($0) } }
 } ?? allSystems
 
+/// The raw-LMDB column: a peer for the edit rows only.
+let rawLMDB = "raw LMDB"
+
+/// Random point reads of preloaded rows, each in a read transaction of its own; reads per second.
+func pointReads(_ peer: any Peer) throws -> Double {
+    var g = SplitMix64(seed: 11)
+    let ids = (0..<pointReadCount).map { _ in Int64(1 + g.next() % UInt64(preloadCount)) }
+    var found = 0
+    let t = try seconds { for id in ids where try peer.readRow(id) { found += 1 } }
+    precondition(found > 0, "\(peer.name): no row found")
+    return Double(ids.count) / t
+}
+
 func makePeer(_ name: String, _ folder: String) throws -> any Peer {
     switch name {
     case "Strata": try StrataPeer(folder: folder)
@@ -61,6 +75,10 @@ for batch in batches {
     var memory: [String: Double] = [:]
     var timeTravel: [String: Double] = [:]
     var heap: [String: Double] = [:]
+    var checkpoint: [String: Double] = [:]
+    var withCheckpoint: [String: Double] = [:]
+    var readsFull: [String: Double] = [:]
+    var readsAfter: [String: Double] = [:]
     for system in systems {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("strata-compare-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: folder) }
@@ -85,6 +103,13 @@ for batch in batches {
             }
         }
         editRates[system] = Double(count) / t
+        // Point reads while what the edits left for later is still pending (Strata's overlay,
+        // SQLite's WAL), then the final checkpoint, then the same reads again.
+        if batch == batches.first { readsFull[system] = try pointReads(peer) }
+        let tc = try seconds { try peer.checkpoint() }
+        checkpoint[system] = tc
+        withCheckpoint[system] = Double(count) / (t + tc)
+        if batch == batches.first { readsAfter[system] = try pointReads(peer) }
         // The resident high-water mark belongs to the process: once Strata's phase has set it,
         // the peers that run after it cannot move it, so it is Strata's figure alone.
         if system == "Strata" { memory[system] = Double(max(0, ProcessMemory.peak - base)) / 1_048_576 }
@@ -111,7 +136,20 @@ for batch in batches {
     if batch == batches.first {
         rows.append(Row(phase: "preload (\(preloadCount) rows, 1 txn)", unit: "rows/s", higherIsBetter: true, values: preloadRates))
     }
-    rows.append(Row(phase: "edits, B = \(batch) (\(count) edits)", unit: "edits/s", higherIsBetter: true, values: editRates))
+    var raw = editRates
+    if batch == 1 || batch == 1000 {
+        // The engine's own limit: one ~100-byte record per edit, as many per commit.
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("strata-compare-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        raw[rawLMDB] = try RawLMDB.appendRate(folder: folder, count: count, perCommit: batch)
+    }
+    rows.append(Row(phase: "edits, B = \(batch) (\(count) edits)", unit: "edits/s", higherIsBetter: true, values: raw))
+    rows.append(Row(phase: "final checkpoint after the edit phase, B = \(batch)", unit: "s", higherIsBetter: false, values: checkpoint))
+    rows.append(Row(phase: "edits, B = \(batch), final checkpoint included", unit: "edits/s", higherIsBetter: true, values: withCheckpoint))
+    if batch == batches.first {
+        rows.append(Row(phase: "point reads, before the final checkpoint", unit: "reads/s", higherIsBetter: true, values: readsFull))
+        rows.append(Row(phase: "point reads, after the final checkpoint", unit: "reads/s", higherIsBetter: true, values: readsAfter))
+    }
     rows.append(Row(phase: "edit phase peak memory (resident), B = \(batch)", unit: "MiB", higherIsBetter: false, values: memory))
     rows.append(Row(phase: "edit phase heap growth (anonymous), B = \(batch)", unit: "MiB", higherIsBetter: false, values: heap))
     if batch == batches.first {
@@ -145,8 +183,9 @@ func format(_ v: Double?) -> String {
     guard let v else { return "–" }
     return v >= 100 ? String(Int(v.rounded())) : String(format: "%.2f", v)
 }
-print("| phase | unit | " + allSystems.joined(separator: " | ") + " | Strata ÷ trigger | Strata ÷ session |")
-print("|---|---|" + allSystems.map { _ in "---:" }.joined(separator: "|") + "|---:|---:|")
+let columns = allSystems + [rawLMDB]
+print("| phase | unit | " + columns.joined(separator: " | ") + " | Strata ÷ trigger | Strata ÷ session | Strata ÷ raw LMDB |")
+print("|---|---|" + columns.map { _ in "---:" }.joined(separator: "|") + "|---:|---:|---:|")
 for r in rows {
     // Ratios read as "times better": rates divide Strata by the peer, times and sizes the peer by Strata.
     func ratio(_ peer: String) -> String {
@@ -154,5 +193,9 @@ for r in rows {
         guard let s = r.values["Strata"], let p = r.values[peer], s > 0, p > 0 else { return "–" }
         return String(format: "%.2f×", r.higherIsBetter ? s / p : p / s)
     }
-    print("| \(r.phase) | \(r.unit) | " + allSystems.map { format(r.values[$0]) }.joined(separator: " | ") + " | \(ratio("SQLite trigger")) | \(ratio("SQLite session")) |")
+    print("| \(r.phase) | \(r.unit) | " + columns.map { format(r.values[$0]) }.joined(separator: " | ") + " | \(ratio("SQLite trigger")) | \(ratio("SQLite session")) | \(ratio(rawLMDB)) |")
+}
+if let full = rows.first(where: { $0.phase.hasPrefix("point reads, before") })?.values["Strata"],
+   let after = rows.first(where: { $0.phase.hasPrefix("point reads, after") })?.values["Strata"] {
+    print(String(format: "\nStrata point reads with the overlay full ÷ after the checkpoint: %.2f×", full / after))
 }
