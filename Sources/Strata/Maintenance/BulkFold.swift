@@ -87,32 +87,25 @@ struct BulkFold {
         let target = UnsafeRawBufferPointer(rebasing: op[header.target])
         let s = try slot(for: target)
         let hadRow = !slots[s].state.isEmpty
-        let result: Bool?
-        if hadRow {
-            result = try withBytes(slots[s].state) { (old) throws(StrataError) -> Bool? in
-                // The chain must be unbroken: the operation follows the row's last one.
-                let last = try RowHeader(old).lastLSN
-                guard header.prevLSN == last else {
-                    throw StrataError(.corruptRecord, "operation \(lsn) follows LSN \(header.prevLSN), but its row was last changed at LSN \(last)")
-                }
-                return try RowFold.apply(old: old, op: op, header: header, lsn: lsn, into: &scratch)
-            }
-        } else {
-            result = try RowFold.apply(old: nil, op: op, header: header, lsn: lsn, into: &scratch)
+        let wasPending = slots[s].pendingSince != 0
+        let step = try withBytes(slots[s].state) { (old) throws(StrataError) in
+            try FoldStep.fold(old: hadRow ? old : nil, wasPending: wasPending, op: op, header: header, lsn: lsn, into: &scratch)
         }
-        if result == nil {
+        if step.isPending == nil {
             replaceState(s, with: UnsafeRawBufferPointer(start: nil, count: 0))
-            slots[s].gone = lsn
         } else {
-            if !hadRow && header.prevLSN != 0 { slots[s].gone = 0 }
             let state = scratch.bytes
             withBytes(state) { replaceState(s, with: $0) }
         }
-        let wasPending = slots[s].pendingSince != 0
-        if result == true, !wasPending {
-            slots[s].pendingSince = lsn
-        } else if result != true, wasPending {
-            slots[s].pendingSince = 0
+        switch step.gone {
+        case .keep: break
+        case .clear: slots[s].gone = 0
+        case .set(let lsn): slots[s].gone = lsn
+        }
+        switch step.pending {
+        case .keep: break
+        case .clear: slots[s].pendingSince = 0
+        case .set(let lsn): slots[s].pendingSince = lsn
         }
         try flushIfOverBudget()
     }

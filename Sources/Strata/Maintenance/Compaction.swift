@@ -172,11 +172,9 @@ extension Store {
                     let header = try OperationHeader(op)
                     let target = UnsafeRawBufferPointer(rebasing: op[header.target])
                     let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.base).map { Array($0) } }
+                    // The base snapshot keeps row states only: no `gone` or `pending` entries.
                     let result = try withBytes(old ?? []) { (o) throws(StrataError) -> Bool? in
-                        if old != nil, try RowHeader(o).lastLSN != header.prevLSN {
-                            throw StrataError(.corruptRecord, "operation \(lsn) follows LSN \(header.prevLSN), but its row's base state was last changed at LSN \(try RowHeader(o).lastLSN)")
-                        }
-                        return try RowFold.apply(old: old == nil ? nil : o, op: op, header: header, lsn: lsn, into: &state)
+                        try FoldStep.fold(old: old == nil ? nil : o, wasPending: false, op: op, header: header, lsn: lsn, into: &state).isPending
                     }
                     try lmdb { () throws(LMDBError) in
                         if result == nil {

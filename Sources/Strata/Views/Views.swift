@@ -70,39 +70,36 @@ struct Views: Sendable {
         operation op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64, old: UnsafeRawBufferPointer?,
         table: TableInfo, in txn: ViewWriter, scratch: inout ByteWriter, checkingUniqueness: Bool = true
     ) throws(StrataError) {
-        var wasPending = false
-        if let old {
-            // The chain must be unbroken: the operation follows the row's last one.
-            let last = try RowHeader(old).lastLSN
-            guard header.prevLSN == last else {
-                throw StrataError(.corruptRecord, "operation \(lsn) follows LSN \(header.prevLSN), but its row was last changed at LSN \(last)")
-            }
-            wasPending = try RowFold.isPending(old)
-        }
-        let isPending = try RowFold.apply(old: old, op: op, header: header, lsn: lsn, into: &scratch)
+        let wasPending = try old.map { (o) throws(StrataError) in try RowFold.isPending(o) } ?? false
+        let step = try FoldStep.fold(old: old, wasPending: wasPending, op: op, header: header, lsn: lsn, into: &scratch)
         let target = UnsafeRawBufferPointer(rebasing: op[header.target])
         // Before any row is written: a unique index may still refuse the change.
         if !table.indexes.isEmpty || !table.views.isEmpty {
-            let newRow = isPending == nil ? nil : scratch.bytes
+            let newRow = step.isPending == nil ? nil : scratch.bytes
             try withBytes(newRow ?? []) { (n) throws(StrataError) in
                 try updateIndexes(table, target: target, old: old, new: newRow == nil ? nil : n, in: txn, checkingUniqueness: checkingUniqueness)
                 try updateViews(table, target: target, old: old, new: newRow == nil ? nil : n, in: txn)
             }
         }
         try lmdb { () throws(LMDBError) in
-            var lsnBE = lsn.bigEndian
-            if isPending == nil {
+            if step.isPending == nil {
                 try txn.delete(target, in: rows)
-                try withUnsafeBytes(of: &lsnBE) { (b) throws(LMDBError) in try txn.put(target, b, in: gone) }
             } else {
-                if old == nil && header.prevLSN != 0 { try txn.delete(target, in: gone) }
                 try scratch.withUnsafeBytes { (b) throws(LMDBError) in try txn.put(target, b, in: rows) }
             }
-            if isPending == true, !wasPending {
-                try withUnsafeBytes(of: &lsnBE) { (b) throws(LMDBError) in try txn.put(target, b, in: pending) }
-            } else if isPending != true, wasPending {
-                try txn.delete(target, in: pending)
-            }
+            try Self.write(step.gone, target, in: gone, txn)
+            try Self.write(step.pending, target, in: pending, txn)
+        }
+    }
+
+    /// Applies a ``FoldStep/Change`` to the LSN entry of `target` in `db`.
+    private static func write(_ change: FoldStep.Change, _ target: UnsafeRawBufferPointer, in db: Database, _ txn: ViewWriter) throws(LMDBError) {
+        switch change {
+        case .keep: break
+        case .clear: try txn.delete(target, in: db)
+        case .set(let lsn):
+            var be = lsn.bigEndian
+            try withUnsafeBytes(of: &be) { (b) throws(LMDBError) in try txn.put(target, b, in: db) }
         }
     }
 }
