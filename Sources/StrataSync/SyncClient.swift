@@ -223,21 +223,29 @@ public final class SyncClient: Sendable {
         }
     }
 
-    /// How the app settles a conflict.
+    /// How the app settles a conflict. Each choice applies to the row's conflicting fields
+    /// only (``UnresolvedConflict/fields``); local edits of other fields stay pending.
     public enum Choice: Sendable, Hashable {
-        /// Take the server's values (for a row the server deleted: remove it; for a row deleted
-        /// locally that the server changed: restore it).
+        /// Take the server's values of the conflicting fields (for a row the server deleted:
+        /// remove it; for a row deleted locally that the server changed: restore it).
         case server
         /// Keep the local values; they stay pending and are uploaded.
         case local
-        /// Set these current values (others keep theirs); the row stays pending against the
-        /// server's values.
+        /// Set these current values for conflicting fields; a conflicting field not listed takes
+        /// the server's value (keeps its local value, for a row the server deleted). The row stays
+        /// pending against the server's values. Naming a field that is not in conflict is an error.
         case values([String: Value])
     }
 
-    /// Resolves the conflict on a row, making it pending (local values) or settled (server's).
+    /// Resolves the conflict on a row: the choice applies to the fields in conflict, exactly as
+    /// the policy making the same choice during the merge would have (``ConflictPolicy/serverWins``
+    /// for `.server`, ``ConflictPolicy/clientWins`` for `.local`, a custom resolver returning
+    /// ``Resolution/merged(_:)`` for `.values`). Other fields keep their local edits.
     ///
-    /// - Throws: ``StrataError`` `rowNotFound`, or `invalidOperation` when the row holds no conflict.
+    /// - Throws: ``StrataError`` `rowNotFound`; `invalidOperation` when the row holds no conflict,
+    ///   or `.values` names a field that is not in conflict; `fieldNotFound`, `typeMismatch`,
+    ///   `nullNotAllowed` for a value that does not fit. On a throw nothing is written.
+    /// - Complexity: O(f log f) for the row's f fields.
     public func resolve(_ table: String, key: RowKey, with choice: Choice) throws {
         try store.write { tx in
             guard let row = try tx.row(table, key: key, includingDeleted: true) else {
@@ -246,26 +254,44 @@ public final class SyncClient: Sendable {
             guard row.isConflicted else {
                 throw StrataError(.invalidOperation, "row \(key) of table '\(table)' holds no conflict")
             }
-            var state: RowState? = RowState(row)
-            state!.isConflicted = false
-            switch choice {
-            case .server:
-                if state!.isInserted {
-                    state = nil
-                } else {
-                    state!.isDeleted = false
-                    state!.fields = state!.fields.mapValues { .clean($0.original) }
-                }
-            case .local:
-                break
-            case .values(let values):
-                state!.isDeleted = false
-                for (f, v) in values {
-                    state!.fields[f] = RowState.Field(original: state!.fields[f]?.original ?? .null, current: v)
-                }
-            }
+            let state = try Self.resolved(RowState(row), table: table, key: row.key, with: choice)
             try tx.setRowState(table, key: row.key, state, kind: .resolve, origin: .local)
         }
+    }
+
+    /// A conflicted row's state after `choice` (see ``resolve(_:key:with:)``).
+    static func resolved(_ row: RowState, table: String, key: RowKey, with choice: Choice) throws -> RowState? {
+        var state = row
+        let conflicting = row.conflictingFields
+        state.clearConflict()
+        switch choice {
+        case .server:
+            // The server deleted the row: its side is no row.
+            if row.isInserted { return nil }
+            state.isDeleted = false
+            for f in conflicting {
+                let server = row.fields[f]!.original
+                state.fields[f] = server.isNull ? nil : .clean(server)
+            }
+        case .local:
+            break
+        case .values(let values):
+            if let extra = values.keys.sorted().first(where: { !conflicting.contains($0) }) {
+                throw StrataError(.invalidOperation, "field '\(extra)' of row \(key) of table '\(table)' is not in conflict; the conflicting fields are \(conflicting.joined(separator: ", "))")
+            }
+            state.isDeleted = false
+            for f in conflicting {
+                let server = row.fields[f]!.original
+                if row.isInserted {
+                    // No server row: a field not listed keeps its local value.
+                    if let v = values[f] { state.fields[f] = .clean(v) }
+                } else {
+                    state.fields[f] = RowState.Field(original: server, current: values[f] ?? server)
+                }
+            }
+        }
+        state.fields = state.fields.filter { !($0.value.original.isNull && $0.value.current.isNull) }
+        return state
     }
 
     // MARK: Client reset
@@ -316,11 +342,13 @@ public final class SyncClient: Sendable {
 public struct UnresolvedConflict: Sendable, Hashable {
     public let table: String
     public let key: RowKey
-    /// The fields whose local value differs from the server's.
+    /// The fields in conflict: changed by the server and by this device to different values
+    /// (for a delete conflict: the fields the surviving side changed). Only these are decided
+    /// by ``SyncClient/resolve(_:key:with:)``.
     public let fields: [String]
-    /// The local values of those fields.
+    /// The local values of those fields (null when the row is deleted here).
     public let local: [String: Value]
-    /// The server's values of those fields.
+    /// The server's values of those fields (null when the server deleted the row).
     public let server: [String: Value]
     /// The device deleted the row; the server changed it.
     public let isDeletedLocally: Bool
@@ -332,9 +360,10 @@ public struct UnresolvedConflict: Sendable, Hashable {
         key = row.key
         isDeletedLocally = row.status == .deleted
         isDeletedOnServer = row.status == .inserted
-        let names = row.status == .inserted ? row.fieldNames.filter { !row.keyFieldNames.contains($0) && !row[$0].isNull } : row.changedFields
+        let names = row.conflictingFields
         fields = names
         local = Dictionary(uniqueKeysWithValues: names.map { ($0, row.status == .deleted ? .null : row[$0]) })
-        server = Dictionary(uniqueKeysWithValues: names.map { ($0, row.status == .inserted ? .null : row.original($0)) })
+        // A conflicting field's original is the server's value (null for a row the server deleted).
+        server = Dictionary(uniqueKeysWithValues: names.map { ($0, row.original($0)) })
     }
 }

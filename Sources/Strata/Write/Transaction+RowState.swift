@@ -5,11 +5,16 @@ import LMDB
 public struct RowState: Sendable, Hashable {
     /// A field's original (server-confirmed) and current value.
     public struct Field: Sendable, Hashable {
+        /// The value the server last confirmed; for a field in conflict, the server's value.
         public var original: Value
         public var current: Value
-        public init(original: Value, current: Value) {
+        /// Whether a merge left this field in conflict (see ``Row/conflictingFields``). Only a
+        /// conflicted row has such fields; a field in conflict is kept even when both values are null.
+        public var isInConflict: Bool
+        public init(original: Value, current: Value, isInConflict: Bool = false) {
             self.original = original
             self.current = current
+            self.isInConflict = isInConflict
         }
         /// A field the server and the device agree on.
         public static func clean(_ value: Value) -> Field { Field(original: value, current: value) }
@@ -35,15 +40,29 @@ public struct RowState: Sendable, Hashable {
     public init(_ row: Row) {
         var fields: [String: Field] = [:]
         let key = Set(row.keyFieldNames)
+        let conflicting = Set(row.conflictingFields)
         for name in row.fieldNames where !key.contains(name) {
-            let f = Field(original: row.original(name), current: row[name])
-            if !(f.original.isNull && f.current.isNull) { fields[name] = f }
+            let f = Field(original: row.original(name), current: row[name], isInConflict: conflicting.contains(name))
+            if f.isInConflict || !(f.original.isNull && f.current.isNull) { fields[name] = f }
         }
         self.init(fields: fields, isInserted: row.status == .inserted, isDeleted: row.status == .deleted, isConflicted: row.isConflicted)
     }
 
     /// The current value of `field`.
     public subscript(field: String) -> Value { fields[field]?.current ?? .null }
+
+    /// The fields in conflict, sorted.
+    public var conflictingFields: [String] { fields.filter(\.value.isInConflict).keys.sorted() }
+
+    /// Drops every field's conflict mark and the row's conflict flag; fields left null on both
+    /// sides are dropped.
+    public mutating func clearConflict() {
+        isConflicted = false
+        for (f, field) in fields where field.isInConflict {
+            fields[f]!.isInConflict = false
+            if field.original.isNull && field.current.isNull { fields[f] = nil }
+        }
+    }
 }
 
 extension Transaction {
@@ -79,12 +98,17 @@ extension Transaction {
                 var current = f.current
                 var original = f.original
                 if let def = t.definitions[id!] {
-                    current = try t.coerce(current, def)
+                    // A field in conflict may be null on the server's side or, for a row the
+                    // server deleted, on this device's (a cleared field).
+                    current = try t.coerce(current, f.isInConflict && current.isNull ? FieldDefinition(def.name, def.type, nullable: true) : def)
                     if !original.isNull { original = try t.coerce(original, FieldDefinition(def.name, def.type, nullable: true)) }
                 }
                 var w = ByteWriter(capacity: 32)
                 w.appendVarint(UInt64(id!))
-                if state.isInserted || original == current {
+                if f.isInConflict {
+                    w.append(2)
+                    w.appendValue(original)
+                } else if state.isInserted || original == current {
                     if current.isNull { continue }
                     w.append(0)
                 } else {
