@@ -304,11 +304,24 @@ public final class SyncClient: Sendable {
     /// stays an insert, or becomes an update if the server has the key; a local delete stays a
     /// delete if the server still has the row). Without it, local edits are discarded.
     ///
+    /// A batch in flight is dropped: it was frozen against data the server no longer has. Its
+    /// rows are still pending (only an acknowledgement settles them), so with `keepLocalChanges`
+    /// their edits go up again in the next batch.
+    ///
+    /// ``sync(with:maxAttempts:backoff:maxBatchRows:maxBatchBytes:onReset:progress:)`` calls this
+    /// itself when the transport throws ``ResetRequired``.
+    ///
     /// - Complexity: O(n log n) over the rows of the listed tables.
     @discardableResult
     public func reset(with snapshot: ServerDelta, keepLocalChanges: Bool) throws -> MergeReport {
         try store.write { tx in
             var report = MergeReport()
+            if try tx.property(Self.inFlightProperty) != nil {
+                try tx.setProperty(Self.inFlightProperty, nil)
+                try tx.setProperty(Self.batchStateProperty, nil)
+                try tx.setProperty(Self.frozenAtProperty, nil)
+                try tx.unpinLog(Self.batchPin)
+            }
             for table in snapshot.tables {
                 let schema = try tx.snapshot.schema(table.table)
                 var server: [RowKey: [String: Value]] = [:]
