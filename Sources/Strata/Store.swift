@@ -168,6 +168,10 @@ public final class Store: Sendable {
 
     // MARK: Transactions
 
+    /// How many times a ``write(_:)`` closure ran again because the map had to grow, since the
+    /// store was opened (see ``write(_:)``).
+    public var writeReruns: Int { env.writeReruns }
+
     /// Runs `body` in one write transaction and commits it when `body` returns.
     ///
     /// Every edit in `body` appends one operation to the log and updates the views in the same
@@ -175,8 +179,16 @@ public final class Store: Sendable {
     /// is stored and the error is rethrown.
     ///
     /// `body` is synchronous: LMDB ties a write transaction to its thread, so it must not suspend.
-    /// When the store must grow its map, `body` runs again from the start; keep it free of side
-    /// effects outside the transaction.
+    ///
+    /// - Important: **`body` may run more than once.** When the store's memory map fills up during
+    ///   the write, LMDB aborts the transaction; the store grows the map and runs `body` again from
+    ///   the start. Its edits are then made once (the aborted attempt stored nothing), but anything
+    ///   else it does — counting, logging, network calls, appending to an outside array — happens
+    ///   again. Keep such side effects out of `body`: compute before the call, act on its result
+    ///   after it. The store grows the map ahead of writes (when the room left is under a quarter
+    ///   of the map or twice the largest write it has seen), so a rerun is rare: typically once,
+    ///   the first time a write larger than any before meets a nearly full map.
+    ///   ``writeReruns`` counts them.
     ///
     /// - Complexity: O(edits × log n), plus one `fdatasync` under ``Durability/full``.
     public func write<R>(_ body: (Transaction) throws -> R) throws -> R {

@@ -309,3 +309,39 @@ extension Snapshot {
         try rows(Query(table, where: .equals(field, value), limit: 1)).first
     }
 }
+
+extension Snapshot {
+    /// The row whose primary key is `id`, or else the row a unique index finds under `id` — one
+    /// lookup for an item known by its key or by an alternate id (a client-generated id beside
+    /// the server's key, say). The primary key is tried first, then each unique index with as
+    /// many fields as `id` has values, in the order the indexes were created. A value whose type
+    /// does not fit a key or an index (a string for an int key) simply does not match there.
+    ///
+    /// Returns `nil` when nothing matches; rows deleted locally are not found.
+    ///
+    /// - Throws: ``StrataError`` `tableNotFound`.
+    /// - Complexity: O(u log n) for u unique indexes.
+    public func row(_ table: String, keyOrAlternateID id: RowKey) throws -> Row? {
+        let t = try catalog.table(named: table)
+        // Each value converted to a field's type, or nil when it cannot be of that type.
+        func fit(_ values: [Value], _ fieldIDs: [Int]) -> [Value]? {
+            guard values.count == fieldIDs.count else { return nil }
+            var out: [Value] = []
+            for (v, fid) in zip(values, fieldIDs) {
+                guard !v.isNull, let def = t.definitions[fid], let typed = try? t.coerce(v, def) else { return nil }
+                out.append(typed)
+            }
+            return out
+        }
+        if let key = fit(id.values, t.keyFieldIDs), let row = try row(table, key: RowKey(key)) {
+            return row
+        }
+        for index in t.indexes where index.unique {
+            guard let values = fit(id.values, index.fieldIDs) else { continue }
+            let conditions = zip(index.fieldIDs, values).map { Condition.equals(t.fieldNames[$0], $1) }
+            let query = Query(table, where: conditions.count == 1 ? conditions[0] : .and(conditions), limit: 1)
+            if let row = try rows(query).first { return row }
+        }
+        return nil
+    }
+}

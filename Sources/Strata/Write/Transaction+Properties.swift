@@ -29,3 +29,21 @@ extension Snapshot {
         return try Value(decoding: bytes)
     }
 }
+
+extension Snapshot {
+    /// Every named property of the store (see ``Transaction/setProperty(_:_:)``).
+    ///
+    /// - Complexity: O(p) for p properties.
+    public func properties() throws -> [String: Value] {
+        var out: [String: Value] = [:]
+        let prefix = Array("p:".utf8)
+        try txn.scan(views.meta) { c in
+            var e = try c.seek(atLeast: prefix)
+            while let entry = e, entry.key.starts(with: prefix) {
+                out[String(decoding: entry.key.dropFirst(prefix.count), as: UTF8.self)] = try Value(decoding: entry.value)
+                e = try c.next()
+            }
+        }
+        return out
+    }
+}
