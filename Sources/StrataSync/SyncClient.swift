@@ -332,7 +332,12 @@ public final class SyncClient: Sendable {
                         }
                         return v
                     })
-                    server[key] = row.fields.filter { !schema.primaryKey.contains($0.key) }
+                    var fields = row.fields.filter { !schema.primaryKey.contains($0.key) }
+                    // As in a merge, fields the server leaves out take their defaults.
+                    for f in schema.fields where schema.mode == .fixed && !schema.primaryKey.contains(f.name) && fields[f.name] == nil {
+                        if let d = f.defaultValue { fields[f.name] = d }
+                    }
+                    server[key] = fields
                 }
                 var keys = Set(server.keys)
                 for row in try tx.snapshot.rows(table.table, includingDeleted: true) { keys.insert(row.key) }

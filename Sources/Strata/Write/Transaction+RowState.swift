@@ -95,14 +95,10 @@ extension Transaction {
                     tableChanged = true
                 }
                 guard !t.isKeyField(id!) else { continue }
-                var current = f.current
-                var original = f.original
-                if let def = t.definitions[id!] {
-                    // A field in conflict may be null on the server's side or, for a row the
-                    // server deleted, on this device's (a cleared field).
-                    current = try t.coerce(current, f.isInConflict && current.isNull ? FieldDefinition(def.name, def.type, nullable: true) : def)
-                    if !original.isNull { original = try t.coerce(original, FieldDefinition(def.name, def.type, nullable: true)) }
-                }
+                // The one validation of values entering the store (`TableInfo.admit`). Originals
+                // may be null (a field the server has no value for).
+                let current = try t.admit(f.current, field: id, name: name)
+                let original = try t.admit(f.original, field: id, name: name, nullable: true)
                 var w = ByteWriter(capacity: 32)
                 w.appendVarint(UInt64(id!))
                 if f.isInConflict {
@@ -119,6 +115,14 @@ extension Transaction {
                 wanted.append((id!, w.bytes))
             }
             wanted.sort { $0.id < $1.id }
+            // A field left out is null: a required field must hold a value, whatever brings the
+            // state (a merge, a reset, an import).
+            for (fid, def) in t.definitions.enumerated() {
+                guard let def, !def.isNullable, !t.isKeyField(fid), !t.dropped.contains(fid) else { continue }
+                if state.fields[def.name].map({ $0.current.isNull }) ?? true {
+                    throw StrataError(.nullNotAllowed, "row \(key) of table '\(t.name)' would have no value for the required field '\(def.name)' (not nullable)")
+                }
+            }
         }
         var flags: RowFlags = []
         if let state {
