@@ -208,6 +208,9 @@ import Testing
             #expect(try sync.conflicts().map(\.fields) == [["title"]])
             let last = try store.read { try $0.history("tasks", key: 1) }.last!
             #expect(last.isConflicted)
+            // A changeset carries the conflict entry (the server's value as the original) and reads back.
+            let change = try #require(try store.read { try $0.pendingChangeset("tasks") }.changes().first)
+            #expect(change.isConflicted && change.fields.first { $0.field == "title" }.map { "\($0.original) \($0.current)" } == "\"S\" \"L2\"")
             try sync.resolve("tasks", key: 1, with: .server)
             let row = try #require(try store.read { try $0.row("tasks", key: 1) })
             #expect(row["title"] == "S" && row["priority"] == 6 && row["done"] == true && row.original("priority") == 1)
