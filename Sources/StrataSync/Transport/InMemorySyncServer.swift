@@ -121,8 +121,8 @@ public final class InMemorySyncServer: SyncTransport {
                 throw ResetRequired(.anchorExpired, message: "changes up to \(s.expiredThrough) are no longer kept; the anchor is \(anchor)")
             }
             var latest: [String: [RowKey]] = [:]
-            var seen = Set<String>()
-            for change in s.log.reversed() where change.version > since && seen.insert("\(change.table)\u{0}\(change.key)").inserted {
+            var seen = Set<SyncClient.RowID>()
+            for change in s.log.reversed() where change.version > since && seen.insert(SyncClient.rowID(change.table, change.key)).inserted {
                 latest[change.table, default: []].append(change.key)
             }
             var tables: [TableDelta] = []

@@ -180,7 +180,7 @@ extension SyncClient {
         var total: [String: Int] = [:]
         for row in try await store.read({ try $0.pendingRows() }) where !row.isConflicted { total[row.table, default: 0] += 1 }
         var processed: [String: Int] = [:]
-        var skip = Set<String>()
+        var skip = Set<RowID>()
         progress?(SyncProgress(phase: .push, status: .inProgress, total: total, processed: processed))
         while let batch = try nextBatch(maxRows: maxBatchRows, maxBytes: maxBatchBytes, excluding: skip) {
             try markSent(batch)
