@@ -190,6 +190,30 @@ import Testing
     }
 }
 
+extension ValidationTests {
+    /// Both forms go up as two rows, are acknowledged as two rows, and come back as two rows.
+    @Test func bothFormsOfAKeySyncAsTwoRows() async throws {
+        try await withStoreAsync { store in
+            try store.createTable(.fixed("words", primaryKey: ["w"], fields: [.string("w"), .int("n", nullable: true)]))
+            let composed: Value = "caf\u{E9}", decomposed: Value = "cafe\u{301}"
+            try await store.write { tx in
+                try tx.insert("words", ["w": composed, "n": 1])
+                try tx.insert("words", ["w": decomposed, "n": 2])
+            }
+            let server = InMemorySyncServer(keyFields: ["words": ["w"]])
+            let sync = SyncClient(store: store)
+            let report = try await sync.sync(with: server)
+            #expect(report.acks.map(\.acknowledged) == [2])
+            #expect(server.rows("words").count == 2)
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+            server.write("words", key: RowKey(decomposed), ["n": 20])
+            _ = try await sync.sync(with: server)
+            let values = try await store.read { try $0.rows("words").map { $0["n"] } }
+            #expect(Set(values) == [1, 20])
+        }
+    }
+}
+
 /// Every table's rows with their state, every property, the log length.
 func observableAll(_ store: Store) throws -> [String] {
     try store.read { snap in
