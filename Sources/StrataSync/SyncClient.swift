@@ -189,7 +189,7 @@ public final class SyncClient: Sendable {
         _ change: ServerChange, table: String, key: RowKey, local: Row?, server: ServerRow?,
         anchor: String, policy: ConflictPolicy, tx: Transaction, report: inout MergeReport
     ) throws {
-        let localState = local.map(RowState.init)
+        let localState = try local.map { try Self.state(of: $0, tx.snapshot) }
         let outcome = MergeRules.merge(
             table: table, key: key, local: localState, server: change,
             serverTimestamp: server?.timestamp,
@@ -219,7 +219,7 @@ public final class SyncClient: Sendable {
     /// policy or a custom resolver), in table and key order.
     public func conflicts() throws -> [UnresolvedConflict] {
         try store.read { snap in
-            try snap.pendingRows().filter(\.isConflicted).map(UnresolvedConflict.init)
+            try snap.pendingRows().filter(\.isConflicted).map { UnresolvedConflict($0, try Self.state(of: $0, snap)) }
         }
     }
 
@@ -254,9 +254,25 @@ public final class SyncClient: Sendable {
             guard row.isConflicted else {
                 throw StrataError(.invalidOperation, "row \(key) of table '\(table)' holds no conflict")
             }
-            let state = try Self.resolved(RowState(row), table: table, key: row.key, with: choice)
+            let state = try Self.resolved(try Self.state(of: row, tx.snapshot), table: table, key: row.key, with: choice)
             try tx.setRowState(table, key: row.key, state, kind: .resolve, origin: .local)
         }
+    }
+
+    /// A stored row's state for the merge rules. A row a format-2 store left conflicted does
+    /// not record its conflicting fields; the merge that deferred the conflict logged them in
+    /// its audit record (decisions `conflictDeferred`), which compaction keeps (it never folds a
+    /// pending row's operations), so they are taken from there, and recorded in the row by the
+    /// next operation that writes it.
+    static func state(of row: Row, _ snap: Snapshot) throws -> RowState {
+        var state = RowState(row)
+        guard row.isConflicted, !row.recordsConflictingFields else { return state }
+        let audits = try snap.history(row.table, key: row.key).reversed().lazy.filter { $0.origin == .server }.compactMap(MergeAudit.init)
+        guard let audit = audits.first(where: { $0.decisions.contains { $0.outcome == .conflictDeferred } }) else { return state }
+        let deferred = Set(audit.decisions.filter { $0.outcome == .conflictDeferred }.map(\.field))
+        for f in Array(state.fields.keys) { state.fields[f]!.isInConflict = deferred.contains(f) }
+        for f in deferred where state.fields[f] == nil { state.fields[f] = RowState.Field(original: .null, current: .null, isInConflict: true) }
+        return state
     }
 
     /// A conflicted row's state after `choice` (see ``resolve(_:key:with:)``).
@@ -373,12 +389,13 @@ public struct UnresolvedConflict: Sendable, Hashable {
     /// The server deleted the row; the device changed it.
     public let isDeletedOnServer: Bool
 
-    init(_ row: Row) {
+    init(_ row: Row, _ state: RowState) {
         table = row.table
         key = row.key
         isDeletedLocally = row.status == .deleted
         isDeletedOnServer = row.status == .inserted
-        let names = row.conflictingFields
+        let conflicting = Set(state.conflictingFields)
+        let names = row.fieldNames.filter(conflicting.contains)
         fields = names
         local = Dictionary(uniqueKeysWithValues: names.map { ($0, row.status == .deleted ? .null : row[$0]) })
         // A conflicting field's original is the server's value (null for a row the server deleted).

@@ -78,8 +78,7 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
     /// deleted here.
     public var conflictingFields: [String] {
         guard isConflicted else { return [] }
-        let marked = fieldNames.indices.filter { conflictMarks[$0] }.map { fieldNames[$0] }
-        if !marked.isEmpty { return marked }
+        if recordsConflictingFields { return fieldNames.indices.filter { conflictMarks[$0] }.map { fieldNames[$0] } }
         let key = Set(keyFieldNames)
         switch status {
         case .inserted, .deleted:
@@ -88,6 +87,11 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
             return changedFields
         }
     }
+
+    /// Whether the row records which of its fields are in conflict: true for every conflicted
+    /// row but one a store of format 2 left conflicted (``conflictingFields`` then says what
+    /// format 2 reported; sync code may know better from the merge's audit record).
+    public var recordsConflictingFields: Bool { conflictMarks.contains(true) }
 
     /// The current values by field name (null fields included for fixed tables).
     public var values: [String: Value] {
