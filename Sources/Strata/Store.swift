@@ -84,6 +84,9 @@ public final class Store: Sendable {
     let observers = Observers()
     /// The view changes committed but not yet checkpointed, as of the newest commit.
     let overlay: PublishedOverlay
+    /// Whether this process committed a write through this store: only then does closing it
+    /// checkpoint. A process that only reads never takes the writer's lock, even to close.
+    private let hasWritten = Mutex(false)
 
     /// Shared `flock` on `strata.lock` in the store's folder, held while the store is open, so
     /// that ``reclaimSpace(at:)`` can tell that nobody has it open.
@@ -91,7 +94,7 @@ public final class Store: Sendable {
 
     /// The store format this version of Strata writes. Older formats are migrated when opened
     /// (see `Migration.swift`); newer ones are refused.
-    public static let formatVersion: UInt64 = 3
+    public static let formatVersion: UInt64 = 4
 
     /// Opens the store in the folder at `path`, creating it (and the folder, with any missing
     /// parent folders) if needed.
@@ -152,7 +155,7 @@ public final class Store: Sendable {
     /// on to the store).
     private func checkpointOnClose() throws {
         let version = overlay.current
-        guard !version.isEmpty else { return }
+        guard !version.isEmpty, hasWritten.withLock({ $0 }) else { return }
         try Store.mappingStorageErrors {
             try env.write { txn in
                 // Only if the overlay still completes the store: another process may have
@@ -208,6 +211,10 @@ public final class Store: Sendable {
 
     // MARK: Transactions
 
+    /// How many times a ``write(_:)`` closure ran again because the map had to grow, since the
+    /// store was opened (see ``write(_:)``).
+    public var writeReruns: Int { env.writeReruns }
+
     /// Runs `body` in one write transaction and commits it when `body` returns.
     ///
     /// Every edit in `body` appends one operation to the log, so either all of `body` is stored
@@ -216,8 +223,16 @@ public final class Store: Sendable {
     /// overlay (see ``StoreOptions/overlayBudget``), and every read sees them at once.
     ///
     /// `body` is synchronous: LMDB ties a write transaction to its thread, so it must not suspend.
-    /// When the store must grow its map, `body` runs again from the start; keep it free of side
-    /// effects outside the transaction.
+    ///
+    /// - Important: **`body` may run more than once.** When the store's memory map fills up during
+    ///   the write, LMDB aborts the transaction; the store grows the map and runs `body` again from
+    ///   the start. Its edits are then made once (the aborted attempt stored nothing), but anything
+    ///   else it does — counting, logging, network calls, appending to an outside array — happens
+    ///   again. Keep such side effects out of `body`: compute before the call, act on its result
+    ///   after it. The store grows the map ahead of writes (when the room left is under a quarter
+    ///   of the map or twice the largest write it has seen), so a rerun is rare: typically once,
+    ///   the first time a write larger than any before meets a nearly full map.
+    ///   ``writeReruns`` counts them.
     ///
     /// - Complexity: O(edits × log n), plus one `fdatasync` under ``Durability/full``.
     public func write<R>(_ body: (Transaction) throws -> R) throws -> R {
@@ -245,6 +260,7 @@ public final class Store: Sendable {
         }
         // Only after the commit, so that no snapshot sees view changes its log does not have.
         if let committedOverlay { overlay.publish(committedOverlay) }
+        hasWritten.withLock { $0 = true }
         if let committedCatalog { publish(committedCatalog) }
         // After the commit: nothing is told about a transaction that rolled back.
         if let notification { observers.notify(notification) }

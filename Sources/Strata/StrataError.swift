@@ -24,7 +24,7 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
             case fieldNotFound, typeMismatch, missingField, nullNotAllowed, invalidKey
             case duplicateKey, rowNotFound, invalidOperation
             case corruptRecord, formatVersion, storage, io, malformedInput, dataVersionMismatch
-            case compacted, diskFull, busy
+            case compacted, diskFull, busy, invalidValue
         }
         fileprivate let kind: Kind
         private init(_ kind: Kind) { self.kind = kind }
@@ -72,6 +72,8 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         public static let diskFull = Code(.diskFull)
         /// The store is in use (open in this or another process) and the request needs it closed.
         public static let busy = Code(.busy)
+        /// A value the store does not hold: a double or a timestamp that is NaN or infinite.
+        public static let invalidValue = Code(.invalidValue)
 
         public var description: String { kind.rawValue }
     }

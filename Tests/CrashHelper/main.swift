@@ -101,7 +101,10 @@ if n == 0 { try store.write { try $0.insert("crash", ["id": 0, "txn": 0, "part":
     if n % 10 == 0 { try store.compact(retaining: .operations(Int(random() % 60))) }
 }
 
+// A pause between iterations (µs), for tests whose reader must keep up with the writer.
+let pause = ProcessInfo.processInfo.environment["STRATA_HELPER_PAUSE_US"].flatMap(UInt32.init) ?? 0
 while true {
+    if pause > 0 { usleep(pause) }
     do {
         try iteration()
     } catch let error as StrataError where fileLimit != nil {
