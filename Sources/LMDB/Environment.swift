@@ -84,7 +84,8 @@ public struct DatabaseStats: Sendable, Hashable {
 public final class Environment: @unchecked Sendable {
     // @unchecked: the MDB_env handle is thread-safe under MDB_NOTLS (LMDB serialises writers
     // with its own mutex); `writerStatus` is only touched by the thread that holds LMDB's writer
-    // lock; map resizing is guarded by `resizeLock`.
+    // lock; map resizing is guarded by `resizeLock`; `isClosed` is written only under
+    // `resizeLock` held exclusively and read under it held shared.
 
     /// The raw `MDB_env*`, for code that needs an `mdb_*` call this wrapper does not offer.
     public let handle: OpaquePointer
@@ -94,6 +95,8 @@ public final class Environment: @unchecked Sendable {
     public let options: EnvironmentOptions
 
     private let resizeLock = ReadWriteLock()
+    /// Set by ``close()``; every later transaction fails with ``LMDBError/closed``.
+    private var isClosed = false
     /// Per thread, how many transactions of this environment it holds (to refuse, rather than
     /// deadlock, a map resize requested while the same thread still holds a transaction).
     private let depthKey: pthread_key_t
@@ -150,7 +153,7 @@ public final class Environment: @unchecked Sendable {
     }
 
     deinit {
-        mdb_env_close(handle)
+        if !isClosed { mdb_env_close(handle) }
         pthread_key_delete(depthKey)
         writerStatus.deallocate()
     }
@@ -166,6 +169,10 @@ public final class Environment: @unchecked Sendable {
     public func read<R>(_ body: (ReadTransaction) throws -> R) throws -> R {
         while true {
             enter()
+            if isClosed {
+                leave()
+                throw LMDBError(code: LMDBError.closed, operation: "mdb_txn_begin(read)")
+            }
             var txn: OpaquePointer?
             let rc = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn)
             if rc == MDB_MAP_RESIZED {
@@ -196,6 +203,10 @@ public final class Environment: @unchecked Sendable {
         while true {
             let mapSize = try growIfNearlyFull()
             enter(writing: true)
+            if isClosed {
+                leave(writing: true)
+                throw LMDBError(code: LMDBError.closed, operation: "mdb_txn_begin(write)")
+            }
             var txn: OpaquePointer?
             var rc = mdb_txn_begin(handle, nil, 0, &txn)
             if rc == MDB_MAP_RESIZED {
@@ -256,6 +267,7 @@ public final class Environment: @unchecked Sendable {
         // committed (an abort closes it), so this one does not go through `read`.
         enter()
         defer { leave() }
+        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_dbi_open(\(name ?? "main"))") }
         var txn: OpaquePointer?
         try check(mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin(read)")
         var dbi = MDB_dbi()
@@ -272,19 +284,51 @@ public final class Environment: @unchecked Sendable {
 
     /// Flushes buffered commits to disk (`mdb_env_sync` with force), for ``SyncMode/noSync``.
     public func sync() throws(LMDBError) {
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
+        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_sync") }
         try check(mdb_env_sync(handle, 1), "mdb_env_sync")
+    }
+
+    /// Closes the environment now (`mdb_env_close`) instead of when it is released: waits for
+    /// the transactions of this process to end, then closes. Every later transaction, copy or
+    /// sync fails with ``LMDBError/closed``; sizes read as 0. Closing twice does nothing.
+    ///
+    /// LMDB's locks belong to the process, so the files must not be opened again in this process
+    /// before this returns (see LMDB-NOTES, "Open an environment once per process").
+    ///
+    /// - Precondition: the calling thread holds no transaction of this environment.
+    public func close() {
+        precondition(depth == 0, "LMDB: an environment was closed by a thread that holds one of its transactions")
+        resizeLock.lockExclusive()
+        defer { resizeLock.unlock() }
+        guard !isClosed else { return }
+        isClosed = true
+        mdb_env_close(handle)
+    }
+
+    /// Whether ``close()`` was called.
+    public var closed: Bool {
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
+        return isClosed
     }
 
     /// Copies the environment to the (existing, empty) folder `path`, optionally compacting it
     /// (free pages are omitted and the copy renumbered). Safe while the environment is in use.
     public func copy(to path: String, compact: Bool = true) throws(LMDBError) {
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
+        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_copy2(\(path))") }
         try check(mdb_env_copy2(handle, path, compact ? UInt32(MDB_CP_COMPACT) : 0), "mdb_env_copy2(\(path))")
     }
 
     /// Statistics of the main database: page size, depth, page counts.
     public func stats() -> DatabaseStats {
         var s = MDB_stat()
-        mdb_env_stat(handle, &s)
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
+        if !isClosed { mdb_env_stat(handle, &s) }
         return DatabaseStats(s)
     }
 
@@ -292,11 +336,19 @@ public final class Environment: @unchecked Sendable {
     public var mapSize: Int { info().me_mapsize }
 
     /// The bytes in use: pages up to the last one written.
-    public var usedBytes: Int { (info().me_last_pgno + 1) * pageSize }
+    public var usedBytes: Int {
+        let i = info()
+        return i.me_mapsize == 0 ? 0 : (i.me_last_pgno + 1) * pageSize
+    }
 
-    private func info() -> MDB_envinfo {
+    /// Environment info; zeros once closed. Takes the resize lock shared unless the caller holds
+    /// it already (`locked`), since a pthread rwlock may deadlock when taken shared twice while a
+    /// writer waits.
+    private func info(locked: Bool = false) -> MDB_envinfo {
         var i = MDB_envinfo()
-        mdb_env_info(handle, &i)
+        if !locked { resizeLock.lockShared() }
+        defer { if !locked { resizeLock.unlock() } }
+        if !isClosed { mdb_env_info(handle, &i) }
         return i
     }
 
@@ -334,7 +386,7 @@ public final class Environment: @unchecked Sendable {
     /// Doubles the map, unless another writer already grew it past `size`.
     private func grow(from size: Int) throws {
         try exclusively {
-            let current = info().me_mapsize
+            let current = info(locked: true).me_mapsize
             guard current <= size else { return }
             try check(mdb_env_set_mapsize(handle, current * 2), "mdb_env_set_mapsize")
         }
@@ -354,6 +406,7 @@ public final class Environment: @unchecked Sendable {
         }
         resizeLock.lockExclusive()
         defer { resizeLock.unlock() }
+        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_set_mapsize") }
         try body()
     }
 }

@@ -64,22 +64,29 @@ public struct StoreOptions: Sendable {
 ///   thread or process.
 /// - `Store` is `Sendable`; transactions and snapshots are not and never leave their closure.
 public final class Store: Sendable {
-    /// The folder holding the store.
+    /// The folder holding the store, as given to ``init(path:options:)``.
     public let path: String
-    /// The options the store was opened with.
-    public let options: StoreOptions
+    /// The options the store was opened with: those of the first `Store` of this process on the
+    /// folder (see ``init(path:options:)``).
+    public var options: StoreOptions { core.options }
     /// This device's id, created with the store; batch ids and server records name it.
-    public let clientID: String
+    public var clientID: String { core.clientID }
 
-    let env: Environment
-    let views: Views
-    /// The catalog last seen; every transaction checks its version against `meta`.
-    let cachedCatalog: Mutex<Catalog>
-    let observers = Observers()
+    /// The opened store, shared with every other `Store` of this process on the same folder.
+    let core: StoreCore
+    /// Whether this object was closed, and how many calls on it are running.
+    private let usage = Mutex(Usage())
 
-    /// Shared `flock` on `strata.lock` in the store's folder, held while the store is open, so
-    /// that ``reclaimSpace(at:)`` can tell that nobody has it open.
-    private let lockFD: Int32
+    private struct Usage {
+        var closed = false
+        var running = 0
+        /// Whether this object's count on `core` was given back to the registry.
+        var released = false
+    }
+
+    var env: Environment { core.env }
+    var views: Views { core.views }
+    var observers: Observers { core.observers }
 
     /// The store format this version of Strata writes. Older formats are migrated when opened
     /// (see `Migration.swift`); newer ones are refused.
@@ -88,11 +95,21 @@ public final class Store: Sendable {
     /// Opens the store in the folder at `path`, creating it (and the folder, with any missing
     /// parent folders) if needed.
     ///
+    /// A folder is opened **once per process** (LMDB's locks belong to the process, and a second
+    /// environment on the same files would break them). Opening a folder this process has open
+    /// already — by the same path, a symlink, a path with `..`, or any other name for the same
+    /// folder — returns a new `Store` over the same opened store: the same environment, catalog,
+    /// observers and writer lock. Such a second open ignores `options` and takes those of the
+    /// first (durability, map size, …); ``options`` says which are in force. The store closes
+    /// when its last `Store` object is closed (``close()``) or released.
+    ///
+    /// Opening an existing store of the current format takes no write transaction, so it does
+    /// not wait for a writer in this or another process.
+    ///
     /// - Throws: ``StrataError`` with code `formatVersion` for a store written by a newer Strata,
     ///   `io` when the folder holds no store and ``StoreOptions/createIfMissing`` is false.
     public init(path: String, options: StoreOptions = StoreOptions()) throws(StrataError) {
         self.path = path
-        self.options = options
         if !options.createIfMissing && !FileManager.default.fileExists(atPath: path + "/data.mdb") {
             throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
         }
@@ -101,69 +118,65 @@ public final class Store: Sendable {
         } catch {
             throw StrataError(.io, "cannot create the store's folder '\(path)': \(error.localizedDescription)")
         }
-        lockFD = try Store.lockFolder(path, exclusive: false)
-        var envOptions = EnvironmentOptions()
-        envOptions.mapSize = options.initialMapSize
-        envOptions.maxReaders = options.maxReaders
-        envOptions.syncMode = options.durability.syncMode
-        envOptions.maxDatabases = 16
-        do {
-            env = try Environment(path: path, options: envOptions)
-        } catch {
-            close(lockFD)
-            throw StrataError(.io, "cannot open the store at '\(path)': \(error.message)", cause: error)
-        }
-        let opened: (Views, String, Catalog)
-        do {
-            try Store.checkFileLength(env, path: path)
-            opened = try Store.open(env, path: path)
-        } catch {
-            close(lockFD)
-            throw error
-        }
-        (views, clientID) = (opened.0, opened.1)
-        self.cachedCatalog = Mutex(opened.2)
+        core = try StoreRegistry.shared.acquire(path: path, options: options)
     }
 
-    deinit { close(lockFD) }
+    deinit {
+        // No call can be running: each holds this object.
+        if !usage.withLock({ $0.released }) { StoreRegistry.shared.release(core) }
+    }
 
-    /// Refuses a file shorter than its own last page says: LMDB maps the file and would read
-    /// past its end (a SIGBUS, not an error) at the first touch of a missing page.
-    private static func checkFileLength(_ env: Environment, path: String) throws(StrataError) {
-        let size = try fileSize(path + "/data.mdb")
-        guard size >= env.usedBytes else {
-            throw StrataError(.corruptRecord, "the store's file '\(path)/data.mdb' is truncated: it holds \(size) bytes, but its pages reach \(env.usedBytes); restore it from a copy")
+    /// Closes this `Store`. Every later call on it fails with ``StrataError/Code/closed``; calls
+    /// running now (a write on another thread, an async write already submitted) finish first,
+    /// and the store is closed when the last of them returns, unless other `Store` objects of
+    /// this process are open on the same folder: the store closes with the last of them. Open
+    /// the folder again with ``init(path:options:)``. Closing twice does nothing.
+    ///
+    /// `close()` does not wait, so it may be called from inside a transaction of this store.
+    public func close() {
+        let release = usage.withLock { u in
+            guard !u.closed else { return false }
+            u.closed = true
+            guard u.running == 0 else { return false }
+            u.released = true
+            return true
+        }
+        if release { StoreRegistry.shared.release(core) }
+    }
+
+    /// Whether ``close()`` was called on this `Store`.
+    public var isClosed: Bool { usage.withLock { $0.closed } }
+
+    /// Counts a call on this `Store` as running, or throws `closed` when it was closed. Pair
+    /// with ``leaveCall()``.
+    func enterCall() throws(StrataError) {
+        let open = usage.withLock { u in
+            guard !u.closed else { return false }
+            u.running += 1
+            return true
+        }
+        guard open else {
+            throw StrataError(.closed, "the store at '\(path)' was closed; open it again with Store(path:)")
         }
     }
 
-    /// In one write transaction: opens the databases, initializes a new store or migrates an
-    /// older one, and reads the client id and catalog.
-    private static func open(_ env: Environment, path: String) throws(StrataError) -> (Views, String, Catalog) {
-        try Store.asStrataError {
-            try env.write { txn in
-                let views = try Views.open(txn)
-                let format = try txn.metaUInt64(MetaKey.format, in: views)
-                switch format {
-                case nil:
-                    if try txn.lastLSN(in: views) != 0 {
-                        throw StrataError(.formatVersion, "the store at '\(path)' has a log but no format version; it was not written by Strata")
-                    }
-                    try txn.setMeta(MetaKey.format, Store.formatVersion, in: views)
-                    try txn.setMeta(MetaKey.clientID, Array(UUID().uuidString.utf8), in: views)
-                    try txn.setMeta(MetaKey.catalog, try Catalog().encoded(), in: views)
-                    try txn.setMeta(MetaKey.catalogVersion, 0, in: views)
-                case let v? where v > Store.formatVersion:
-                    throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), newer than this Strata reads (\(Store.formatVersion)); upgrade Strata to open it")
-                case let v? where v < Store.formatVersion:
-                    try Migration.upgrade(from: v, txn, views, path: path)
-                default: break
-                }
-                guard let id = try txn.meta(MetaKey.clientID, in: views) else {
-                    throw StrataError(.corruptRecord, "the store at '\(path)' has no client id")
-                }
-                return (views, String(decoding: id, as: UTF8.self), try Store.loadCatalog(txn, views))
-            }
+    /// The end of a call counted by ``enterCall()``; the last call after ``close()`` gives the
+    /// store back.
+    func leaveCall() {
+        let release = usage.withLock { u in
+            u.running -= 1
+            guard u.closed, u.running == 0, !u.released else { return false }
+            u.released = true
+            return true
         }
+        if release { StoreRegistry.shared.release(core) }
+    }
+
+    /// Runs `body` as one call on this `Store` (see ``enterCall()``).
+    func checkedCall<R>(_ body: () throws -> R) throws -> R {
+        try enterCall()
+        defer { leaveCall() }
+        return try body()
     }
 
     // MARK: Transactions
@@ -180,6 +193,11 @@ public final class Store: Sendable {
     ///
     /// - Complexity: O(edits × log n), plus one `fdatasync` under ``Durability/full``.
     public func write<R>(_ body: (Transaction) throws -> R) throws -> R {
+        try checkedCall { try performWrite(body) }
+    }
+
+    /// ``write(_:)`` without the check that this `Store` is open.
+    func performWrite<R>(_ body: (Transaction) throws -> R) throws -> R {
         var committedCatalog: Catalog?
         var notification: CommitNotification?
         let result: R
@@ -211,6 +229,11 @@ public final class Store: Sendable {
     ///
     /// - Complexity: O(1) to begin, plus `body`.
     public func read<R>(_ body: (Snapshot) throws -> R) throws -> R {
+        try checkedCall { try performRead(body) }
+    }
+
+    /// ``read(_:)`` without the check that this `Store` is open.
+    func performRead<R>(_ body: (Snapshot) throws -> R) throws -> R {
         try Store.mappingStorageErrors {
             try env.read { txn in
                 try body(Snapshot(txn: txn, views: views, catalog: try currentCatalog(txn)))
@@ -233,16 +256,16 @@ public final class Store: Sendable {
 
     /// Writes buffered commits to disk. Needed only with ``Durability/noSync``.
     public func flush() throws {
-        try Store.mappingStorageErrors { try env.sync() }
+        try checkedCall { try Store.mappingStorageErrors { try env.sync() } }
     }
 
-    /// Reader slots left by processes that died mid-read, cleared when this store was opened
-    /// (`mdb_reader_check`). Such slots would keep old pages from reuse and use up
+    /// Reader slots left by processes that died mid-read, cleared when this process opened the
+    /// store (`mdb_reader_check`; a second `Store` on an open folder shares that first open). Such slots would keep old pages from reuse and use up
     /// ``StoreOptions/maxReaders``.
     public var staleReadersCleared: Int { env.staleReadersCleared }
 
-    /// Bytes in use in the store's file.
-    public var sizeInBytes: Int { env.usedBytes }
+    /// Bytes in use in the store's file; 0 once the store is closed.
+    public var sizeInBytes: Int { isClosed ? 0 : env.usedBytes }
 
     /// A commit cut short by a full disk (or the file size limit) fails in LMDB with `EIO` when
     /// part of a page was written: LMDB reports a short write that way. Such a failure is
@@ -266,7 +289,7 @@ public final class Store: Sendable {
     /// The catalog as of `txn`: the cached one if its version is current, else reloaded.
     func currentCatalog(_ txn: some ReadableTransaction) throws(StrataError) -> Catalog {
         let version = try txn.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0
-        let cached = cachedCatalog.withLock { $0 }
+        let cached = core.cachedCatalog.withLock { $0 }
         if cached.version == version { return cached }
         let fresh = try Store.loadCatalog(txn, views)
         publish(fresh)
@@ -274,7 +297,7 @@ public final class Store: Sendable {
     }
 
     func publish(_ catalog: Catalog) {
-        cachedCatalog.withLock { if catalog.version >= $0.version { $0 = catalog } }
+        core.cachedCatalog.withLock { if catalog.version >= $0.version { $0 = catalog } }
     }
 
     static func loadCatalog(_ txn: some ReadableTransaction, _ views: Views) throws(StrataError) -> Catalog {
@@ -306,6 +329,6 @@ extension Store {
     /// Copies the store to the folder `path` (which must exist and be empty), optionally
     /// compacted. Safe while the store is in use: the copy is one consistent snapshot.
     public func copy(to path: String, compact: Bool = true) throws {
-        try Store.mappingStorageErrors { try env.copy(to: path, compact: compact) }
+        try checkedCall { try Store.mappingStorageErrors { try env.copy(to: path, compact: compact) } }
     }
 }

@@ -66,6 +66,8 @@ extension Store {
     ///
     /// - Complexity: O(m + n log n + v) for m operations, n rows and v view entries.
     public func verify(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> VerifyReport {
+        try enterCall()  // fails on a closed Store; counts the call so close() waits for it
+        defer { leaveCall() }
         let scratchPath = FileManager.default.temporaryDirectory.appendingPathComponent("strata-verify-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: scratchPath) }
         var options = EnvironmentOptions()

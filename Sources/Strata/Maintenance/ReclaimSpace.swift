@@ -21,7 +21,7 @@ extension Store {
             throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
         }
         let fd = try lockFolder(path, exclusive: true)
-        defer { close(fd) }
+        defer { closeDescriptor(fd) }
         let scratch = path + "/reclaim.tmp"
         // A leftover from a reclaim that crashed before its rename: the store itself is intact.
         try? FileManager.default.removeItem(atPath: scratch)
@@ -57,7 +57,7 @@ extension Store {
         while flock(fd, exclusive ? LOCK_EX | LOCK_NB : LOCK_SH) != 0 {
             let error = errno
             if error == EINTR { continue }
-            close(fd)
+            closeDescriptor(fd)
             if error == EWOULDBLOCK {
                 throw StrataError(.busy, "the store at '\(folder)' is open (in this or another process); close every Store on it first")
             }
@@ -78,9 +78,9 @@ extension Store {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0, fsync(fd) == 0 else {
             let message = String(cString: strerror(errno))
-            if fd >= 0 { close(fd) }
+            if fd >= 0 { closeDescriptor(fd) }
             throw StrataError(.io, "cannot sync '\(path)': \(message)")
         }
-        close(fd)
+        closeDescriptor(fd)
     }
 }
