@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Strata
+import Synchronization
 
 /// The store a command works on.
 struct StoreArgument: ParsableArguments {
@@ -8,10 +9,37 @@ struct StoreArgument: ParsableArguments {
     var store: String
 
     /// Opens an existing store; never creates one.
+    ///
+    /// An existing store of the current format opens with read transactions only, so this does
+    /// not wait for an app that is writing. A store that must be written to open (one of an older
+    /// format, migrated on open) waits for the writer at most ``busyTimeout`` and then fails with
+    /// "the store is busy writing", rather than hang with no limit.
     func open() throws -> Store {
         var options = StoreOptions()
         options.createIfMissing = false
-        return try Store(path: store, options: options)
+        return try openWaitingAtMost(StoreArgument.busyTimeout) { [store, options] in try Store(path: store, options: options) }
+    }
+
+    /// How long opening waits for another writer: `STRATA_BUSY_TIMEOUT` seconds, default 10.
+    static var busyTimeout: Double {
+        ProcessInfo.processInfo.environment["STRATA_BUSY_TIMEOUT"].flatMap(Double.init).map { max(0, $0) } ?? 10
+    }
+
+    /// Runs `open` on another thread and waits for it at most `seconds`. When it takes longer
+    /// (it waits for LMDB's writer lock, which has no timeout), the command gives up with `busy`;
+    /// the waiting thread is left behind, and the process exits with the error.
+    private func openWaitingAtMost(_ seconds: Double, _ open: @escaping @Sendable () throws -> Store) throws -> Store {
+        let result = Mutex<Result<Store, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let r = Result { try open() }
+            result.withLock { $0 = r }
+            done.signal()
+        }
+        guard done.wait(timeout: .now() + seconds) == .success, let r = result.withLock({ $0 }) else {
+            throw StrataError(.busy, "the store at '\(store)' is busy writing: another process holds its write lock, and opening it needs a write (it is of an older format); waited \(seconds.formatted()) s, try again later")
+        }
+        return try r.get()
     }
 }
 
