@@ -133,9 +133,58 @@ func parseValue(_ text: String) -> Value {
     return .string(text)
 }
 
+/// Prints a JSON array one element at a time, so that a listing of any length is never held in
+/// memory: `[`, then each element on its own line (compact, keys sorted), then `]`.
+struct JSONArrayPrinter {
+    private let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys]
+        return e
+    }()
+    private var count = 0
+
+    init() { print("[", terminator: "") }
+
+    mutating func add(_ value: some Encodable) throws {
+        print(count == 0 ? "\n" : ",\n", terminator: "")
+        print(String(decoding: try encoder.encode(value), as: UTF8.self), terminator: "")
+        count += 1
+    }
+
+    /// Closes the array.
+    func finish() { print(count == 0 ? "]" : "\n]") }
+}
+
+/// Text output shows at most this many characters of a string (or bytes of a blob).
+let textValueLimit = 200
+
+/// A value for text output: long strings and blobs are cut, with their full size, so that a
+/// 100 MB value prints one line instead of hundreds of megabytes (JSON output keeps it whole).
+func displayValue(_ value: Value) -> String {
+    switch value {
+    case .string(let s) where s.utf8.count > textValueLimit:
+        return "\"\(s.prefix(textValueLimit))…\" (\(s.utf8.count) bytes)"
+    case .bytes(let b) where b.count > textValueLimit / 2:
+        return "0x" + b.prefix(textValueLimit / 4).map { String(format: "%02x", $0) }.joined() + "… (\(b.count) bytes)"
+    default:
+        return "\(value)"
+    }
+}
+
+/// A one-line text rendering of a row, in `Row.description`'s form with long values cut.
+func describe(_ row: Row) -> String {
+    let fields = row.fieldNames.map { f in
+        let current = row[f], original = row.original(f)
+        return current == original || row.status == .inserted
+            ? "\(f): \(displayValue(current))"
+            : "\(f): \(displayValue(original)) → \(displayValue(current))"
+    }
+    return "\(row.table) \(row.key) [\(row.status.rawValue)\(row.isConflicted ? ", conflicted" : "")] {\(fields.joined(separator: ", "))}"
+}
+
 /// A one-line text rendering of a log entry.
 func describe(_ e: LogEntry) -> String {
-    let fields = e.changes.map { c in "\(c.field) = \(c.current)\(c.isChanged ? " (server: \(c.original))" : "")" }
+    let fields = e.changes.map { c in "\(c.field) = \(displayValue(c.current))\(c.isChanged ? " (server: \(displayValue(c.original)))" : "")" }
     let when = e.timestamp.formatted(.iso8601)
     return "\(e.lsn)  \(when)  \(e.origin == .local ? "local " : "server")  \(e.kind)  \(e.table) \(e.key)\(fields.isEmpty ? "" : ": " + fields.joined(separator: ", "))"
 }

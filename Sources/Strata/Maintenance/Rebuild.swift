@@ -68,7 +68,7 @@ extension Store {
     public func verify(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> VerifyReport {
         try enterCall()  // fails on a closed Store; counts the call so close() waits for it
         defer { leaveCall() }
-        let scratchPath = FileManager.default.temporaryDirectory.appendingPathComponent("strata-verify-\(UUID().uuidString)").path
+        let scratchPath = Store.newScratchFolder("verify")
         defer { try? FileManager.default.removeItem(atPath: scratchPath) }
         var options = EnvironmentOptions()
         options.syncMode = .noSync
