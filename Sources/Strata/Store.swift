@@ -272,6 +272,15 @@ public final class Store: Sendable {
     /// reported as `diskFull` when the disk has under 1 MiB free or the file is within 1 MiB of
     /// the process's file size limit; any other `EIO` stays a `storage` error.
     private func diagnoseWriteFailure(_ error: StrataError) -> StrataError {
+        Store.diagnosingDiskFull(error, writingIn: path)
+    }
+
+    /// `error` as `diskFull` when it is an `EIO` from LMDB (a short write) and the disk holding
+    /// `folder` is (nearly) full or the process's file size limit is (nearly) reached; `error`
+    /// otherwise. For writes to a store other than a `Store`'s own — a scratch store of
+    /// ``verify(progress:)`` in the temporary folder, the new store of ``replay(into:through:progress:)``.
+    public static func diagnosingDiskFull(_ error: StrataError, writingIn folder: String) -> StrataError {
+        let path = folder
         guard let cause = error.cause as? LMDBError, cause.code == EIO else { return error }
         let slack: UInt64 = 1 << 20
         var fs = statvfs()

@@ -48,6 +48,11 @@ final class StoreCore: @unchecked Sendable {
         self.options = options
         self.identity = identity
         lockFD = try Store.lockFolder(path, exclusive: false)
+        // A reclaim holds the lock exclusively while it runs, so with the shared lock held none
+        // runs: a `reclaim.tmp` here is the leftover of one that was killed.
+        if FileManager.default.fileExists(atPath: path + "/reclaim.tmp") {
+            try? FileManager.default.removeItem(atPath: path + "/reclaim.tmp")
+        }
         var envOptions = EnvironmentOptions()
         envOptions.mapSize = options.initialMapSize
         envOptions.maxReaders = options.maxReaders

@@ -73,7 +73,9 @@ struct ShowCommand: ParsableCommand {
     @Argument(help: "The table.") var table: String
     @Option(name: .customLong("where"), help: "Only rows whose field equals the value (field=value); repeatable.") var filters: [String] = []
     @Option(help: "Sort by this field (ascending); rows are otherwise in key order.") var sort: String?
-    @Option(help: "Show at most this many rows.") var limit: Int?
+    // `.unconditional`: "-5" is read as this option's value (and refused by validate()), not as
+    // an unknown flag ("Missing value for '--limit'").
+    @Option(parsing: .unconditional, help: "Show at most this many rows.") var limit: Int?
     @Option(name: .customLong("as-of"), help: "Show the table as it was right after this LSN.") var asOf: UInt64?
     @Flag(help: "Include rows deleted locally and not yet uploaded.") var includeDeleted = false
     @OptionGroup var output: OutputOptions

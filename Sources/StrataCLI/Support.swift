@@ -57,14 +57,49 @@ enum Exit {
     static let inconsistent: Int32 = 1
 }
 
-/// Runs a command body; a ``StrataError`` becomes one line on standard error and exit status 2.
+/// Runs a command body; an error becomes one line on standard error and exit status 2: a
+/// ``StrataError`` by its message, a file system error by its description (never a raw
+/// `NSError` dump, and never status 1, which means "verify found differences").
 func reportingErrors(_ body: () throws -> Void) throws {
+    // Scratch stores left behind by a crashed or killed strata (or app) go first.
+    Store.sweepScratchStores()
     do {
         try body()
     } catch let e as StrataError {
         FileHandle.standardError.write(Data("strata: \(e.message)\n".utf8))
         throw ExitCode(Exit.error)
+    } catch let e as ExitCode {
+        throw e
+    } catch let e as ValidationError {
+        throw e
+    } catch {
+        FileHandle.standardError.write(Data("strata: \(error.localizedDescription)\n".utf8))
+        throw ExitCode(Exit.error)
     }
+}
+
+/// Refuses an output path inside a store's folder (at any depth, through symlinks or `..`): a
+/// file written there could replace the store's own files (`export <store> <store>/data.mdb`).
+func refuseInsideAStore(_ output: String, what: String) throws(StrataError) {
+    var folder = URL(fileURLWithPath: output).standardizedFileURL.deletingLastPathComponent()
+    while true {
+        let resolved = folder.resolvingSymlinksInPath().path
+        if FileManager.default.fileExists(atPath: resolved + "/data.mdb") {
+            throw StrataError(.invalidOperation, "the \(what) '\(output)' is inside the store folder '\(resolved)'; write it outside any store (nothing was written)")
+        }
+        if folder.path == "/" || folder.path.isEmpty { return }
+        folder = folder.deletingLastPathComponent()
+    }
+}
+
+/// Removes what a failed command created in `folder`: the store's files, and the folder itself
+/// when the command created it. Used when `import --create` or `replay` fails, so that running
+/// it again does not find an empty store in the way.
+func removeCreatedStore(_ folder: String, folderExisted: Bool) {
+    for name in ["data.mdb", "lock.mdb", "strata.lock"] {
+        try? FileManager.default.removeItem(atPath: folder + "/" + name)
+    }
+    if !folderExisted { try? FileManager.default.removeItem(atPath: folder) }
 }
 
 func printJSON(_ value: some Encodable) throws {

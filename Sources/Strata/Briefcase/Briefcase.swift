@@ -77,8 +77,13 @@ enum BriefcaseFormat {
         let stored = withBytes(Array(bytes[body...])) { b in b.loadUnaligned(as: UInt64.self) }
         guard UInt64(littleEndian: stored) == d.value else { throw damaged("checksum mismatch") }
         return try withBytes(Array(bytes[..<body])) { (b) throws(StrataError) in
+          do throws(StrataError) {
             var r = ByteReader(b, offset: magic.count)
-            guard try r.byte() == version else { throw StrataError(.formatVersion, "the briefcase '\(path)' has a newer format than this Strata reads") }
+            let format = try r.byte()
+            if format > version {
+                throw StrataError(.formatVersion, "the briefcase '\(path)' has format \(format), newer than this Strata reads (\(version)); nothing was imported")
+            }
+            guard format == version else { throw damaged("format \(format), which no Strata writes") }
             let n = Int(clamping: try r.varint())
             let info: BriefcaseInfo
             do { info = try JSONDecoder().decode(BriefcaseInfo.self, from: Data(try r.bytes(n))) } catch { throw damaged("unreadable header") }
@@ -102,6 +107,10 @@ enum BriefcaseFormat {
             }
             guard entries.count == info.rowCount else { throw damaged("\(entries.count) rows where the header says \(info.rowCount)") }
             return (info, entries)
+          } catch {
+            // A value that does not decode: the file's fault, not a damaged store.
+            throw error.code == .corruptRecord ? damaged("a value that does not decode: \(error.message)") : error
+          }
         }
     }
 }
@@ -154,6 +163,16 @@ extension Store {
         if let expected = expectingDataVersion, info.dataVersion != expected {
             throw StrataError(.dataVersionMismatch, "the briefcase '\(path)' holds data version \(info.dataVersion.map { "'\($0)'" } ?? "none"), the app expects '\(expected)'; discard it and fetch the data again")
         }
+        do {
+            try importRows(info, entries)
+        } catch let e as StrataError {
+            // The transaction rolled back: say so, with what was wrong.
+            throw StrataError(e.code, "\(e.message); nothing was imported from the briefcase '\(path)'", cause: e.cause)
+        }
+        return info
+    }
+
+    private func importRows(_ info: BriefcaseInfo, _ entries: [BriefcaseFormat.Entry]) throws {
         try write { tx in
             for schema in info.tables {
                 try tx.createTable(schema)
@@ -173,7 +192,6 @@ extension Store {
                 }
             }
         }
-        return info
     }
 
     static func readFile(_ path: String) throws(StrataError) -> [UInt8] {

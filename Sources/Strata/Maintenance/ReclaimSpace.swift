@@ -84,3 +84,16 @@ extension Store {
         closeDescriptor(fd)
     }
 }
+
+extension Store {
+    /// Throws `busy` when the store in `path` is open, in this process or another (the check of
+    /// ``reclaimSpace(at:)``, without reclaiming anything): lets a caller find out before it
+    /// changes anything that a reclaim would be refused. Another process may open the store
+    /// right after the check; `reclaimSpace` checks again.
+    public static func checkNotOpen(at path: String) throws(StrataError) {
+        guard FileManager.default.fileExists(atPath: path + "/data.mdb") else {
+            throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
+        }
+        closeDescriptor(try lockFolder(path, exclusive: true))
+    }
+}
