@@ -17,6 +17,10 @@ import StrataSync
 //
 //   strata-crash-helper check-readers <store> <max readers>
 //     Opens the store, prints "S <stale reader slots cleared on open>", reads, prints "OK".
+//
+//   strata-crash-helper one-long-row <store> <operations>
+//     Creates a table "t" with one row updated until the log holds <operations> operations on
+//     it (for measuring `strata history` on a long history), prints "OK".
 
 let arguments = CommandLine.arguments
 func usage() -> Never {
@@ -43,6 +47,26 @@ if arguments.count == 4, arguments[1] == "read-and-wait" || arguments[1] == "che
         say("R")
         while true { sleep(60) }
     }
+}
+
+if arguments.count == 4, arguments[1] == "one-long-row", let total = Int(arguments[3]) {
+    var options = StoreOptions()
+    options.durability = .noSync
+    let store = try Store(path: arguments[2], options: options)
+    try store.createTable(.fixed("t", fields: [.int("id"), .int("n"), .string("text")]))
+    try store.write { try $0.insert("t", ["id": 1, "n": 0, "text": "a row with a long history"]) }
+    var n = 1
+    while n < total {
+        try store.write { tx in
+            for _ in 0..<min(10_000, total - n) {
+                n += 1
+                try tx.update("t", key: 1, ["n": .int(Int64(n))])
+            }
+        }
+    }
+    try store.flush()
+    say("OK")
+    exit(0)
 }
 
 guard arguments.count == 4 || arguments.count == 5, let durability = Durability(rawValue: arguments[2]), var state = UInt64(arguments[3]) else { usage() }
