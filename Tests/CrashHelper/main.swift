@@ -21,6 +21,10 @@ import StrataSync
 //   strata-crash-helper one-long-row <store> <operations>
 //     Creates a table "t" with one row updated until the log holds <operations> operations on
 //     it (for measuring `strata history` on a long history), prints "OK".
+//
+//   strata-crash-helper wide-row <store> <fields>
+//     Creates a property bag "bag" with one pending row of <fields> fields (for measuring
+//     `strata export` and `strata pending` on a wide row), prints "OK".
 
 let arguments = CommandLine.arguments
 func usage() -> Never {
@@ -63,6 +67,23 @@ if arguments.count == 4, arguments[1] == "one-long-row", let total = Int(argumen
                 try tx.update("t", key: 1, ["n": .int(Int64(n))])
             }
         }
+    }
+    try store.flush()
+    say("OK")
+    exit(0)
+}
+
+if arguments.count == 4, arguments[1] == "wide-row", let fields = Int(arguments[3]) {
+    var options = StoreOptions()
+    options.durability = .noSync
+    let store = try Store(path: arguments[2], options: options)
+    try store.createTable(.propertyBag("bag", key: [.int("id")]))
+    try store.write { try $0.insert("bag", ["id": 1]) }
+    var next = 0
+    while next < fields {
+        let chunk = (next..<min(fields, next + 1_000)).map { ("f\($0)", Value.int(Int64($0))) }
+        try store.write { try $0.update("bag", key: 1, FieldValues(chunk)) }
+        next += chunk.count
     }
     try store.flush()
     say("OK")
