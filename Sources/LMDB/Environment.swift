@@ -33,6 +33,10 @@ public struct EnvironmentOptions: Sendable {
     public var syncMode: SyncMode = .full
     /// Open the environment read-only.
     public var readOnly: Bool = false
+    /// Use no lock file (`MDB_NOLOCK`): for read-only access to files this process cannot
+    /// write, `lock.mdb` included. The caller must make sure no writer changes the files
+    /// meanwhile: without the lock, LMDB cannot keep a writer off the pages a reader uses.
+    public var noLock: Bool = false
     /// The permissions of newly created files.
     public var fileMode: mode_t = 0o644
 
@@ -130,6 +134,7 @@ public final class Environment: @unchecked Sendable {
             case .noSync: flags |= UInt32(MDB_NOSYNC)
             }
             if options.readOnly { flags |= UInt32(MDB_RDONLY) }
+            if options.noLock { flags |= UInt32(MDB_NOLOCK) }
             try check(mdb_env_open(env, path, flags, options.fileMode), "mdb_env_open(\(path))")
             try check(mdb_reader_check(env, &dead), "mdb_reader_check")
         } catch {

@@ -144,6 +144,13 @@ public final class Store: Sendable {
         if release { StoreRegistry.shared.release(core) }
     }
 
+    /// Whether the store was opened read-only because this process cannot write its files
+    /// (a store copied off a device with its permissions, a read-only mount, another user's
+    /// store). Reads work; writes fail with ``StrataError/Code/io``. When even `lock.mdb` is
+    /// read-only, LMDB runs without its lock file: a writer in another process could then change
+    /// pages under a reader, so inspect such a store only while nobody writes it.
+    public var isReadOnly: Bool { core.isReadOnly }
+
     /// Whether ``close()`` was called on this `Store`.
     public var isClosed: Bool { usage.withLock { $0.closed } }
 
@@ -198,6 +205,9 @@ public final class Store: Sendable {
 
     /// ``write(_:)`` without the check that this `Store` is open.
     func performWrite<R>(_ body: (Transaction) throws -> R) throws -> R {
+        guard !core.isReadOnly else {
+            throw StrataError(.io, "the store at '\(path)' is read-only: this process cannot write its files; nothing was changed")
+        }
         var committedCatalog: Catalog?
         var notification: CommitNotification?
         let result: R
@@ -256,7 +266,10 @@ public final class Store: Sendable {
 
     /// Writes buffered commits to disk. Needed only with ``Durability/noSync``.
     public func flush() throws {
-        try checkedCall { try Store.mappingStorageErrors { try env.sync() } }
+        try checkedCall {
+            if core.isReadOnly { return }  // nothing was written
+            try Store.mappingStorageErrors { try env.sync() }
+        }
     }
 
     /// Reader slots left by processes that died mid-read, cleared when this process opened the

@@ -37,6 +37,8 @@ final class StoreCore: @unchecked Sendable {
     private let lockFD: Int32
     /// The `Store` objects over this core (``StoreRegistry`` counts them under its lock).
     var users = 0
+    /// Whether the store's files cannot be written by this process, so it was opened read-only.
+    let isReadOnly: Bool
     /// Whether ``shutdown()`` ran (the descriptor and the environment are closed).
     private let isShutDown = Atomic<Bool>(false)
 
@@ -47,6 +49,10 @@ final class StoreCore: @unchecked Sendable {
         self.path = path
         self.options = options
         self.identity = identity
+        // Files this process cannot write (a store copied off a device, a read-only mount, another
+        // user's store): open read-only, so it can still be inspected.
+        let writable = { (file: String) in access(path + "/" + file, W_OK) == 0 || (errno == ENOENT && access(path, W_OK) == 0) }
+        isReadOnly = FileManager.default.fileExists(atPath: path + "/data.mdb") && !(writable("data.mdb") && writable("lock.mdb"))
         lockFD = try Store.lockFolder(path, exclusive: false)
         // A reclaim holds the lock exclusively while it runs, so with the shared lock held none
         // runs: a `reclaim.tmp` here is the leftover of one that was killed.
@@ -58,6 +64,12 @@ final class StoreCore: @unchecked Sendable {
         envOptions.maxReaders = options.maxReaders
         envOptions.syncMode = options.durability.syncMode
         envOptions.maxDatabases = 16
+        if isReadOnly {
+            envOptions.readOnly = true
+            // LMDB needs a writable lock.mdb to register readers; without one it can only run
+            // lock-free, which is safe while nobody writes (see `Store.isReadOnly`).
+            envOptions.noLock = !writable("lock.mdb")
+        }
         do {
             env = try Environment(path: path, options: envOptions)
         } catch {
@@ -67,7 +79,7 @@ final class StoreCore: @unchecked Sendable {
         let opened: (Views, String, Catalog)
         do {
             try StoreCore.checkFileLength(env, path: path)
-            opened = try StoreCore.open(env, path: path)
+            opened = try StoreCore.open(env, path: path, readOnly: isReadOnly)
             dataFile = try FolderIdentity(of: path + "/data.mdb")
         } catch {
             env.close()
@@ -105,8 +117,11 @@ final class StoreCore: @unchecked Sendable {
     /// format is opened with read transactions only, so opening never waits for a writer (an app
     /// in the middle of a long write, in this process or another). A new store, or one of an
     /// older format, needs one write transaction to initialize or migrate it.
-    private static func open(_ env: Environment, path: String) throws(StrataError) -> (Views, String, Catalog) {
+    private static func open(_ env: Environment, path: String, readOnly: Bool) throws(StrataError) -> (Views, String, Catalog) {
         if let current = try openCurrent(env, path: path) { return current }
+        if readOnly {
+            throw StrataError(.io, "the store at '\(path)' must be written to open (it is new or of an older format), but its files are read-only to this process")
+        }
         return try Store.asStrataError {
             try env.write { txn in
                 let views = try Views.open(txn)

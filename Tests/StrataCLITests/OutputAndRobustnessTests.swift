@@ -232,3 +232,47 @@ func temporaryPath(_ name: String) -> String {
         }
     }
 }
+
+@Suite struct ReadOnlyStoreTests {
+    /// A store whose files this process cannot write is inspected read-only; a command that
+    /// would write says the store is read-only and changes nothing.
+    @Test func aStoreWithReadOnlyFilesCanBeInspected() throws {
+        try withPreparedStore { path, store in
+            store.close()
+            let run: ([String]) throws -> (status: Int32, out: String, err: String)
+            if getuid() == 0 {
+                // Root writes anything: run the command as nobody, for whom the files (0644,
+                // owned by root) are read-only.
+                run = { try runAs(65534, $0) }
+            } else {
+                for file in ["data.mdb", "lock.mdb", "strata.lock"] { chmod(path + "/" + file, 0o444) }
+                chmod(path, 0o555)
+                run = { try runStrata($0) }
+            }
+            defer { chmod(path, 0o755) }
+            for arguments in [["info", path], ["show", path, "tasks"], ["log", path], ["pending", path], ["verify", path]] {
+                let r = try run(arguments)
+                #expect(r.status == 0, "\(arguments[0]): \(r.status) \(r.err)")
+            }
+            let write = try run(["compact", path])
+            #expect(write.status == 2 && write.err.contains("read-only"), "\(write.status) \(write.err)")
+            #expect(try Store(path: path).verify().isConsistent)
+        }
+    }
+}
+
+/// Runs `strata` as user `uid` (and group `uid`) through `setpriv`.
+func runAs(_ uid: Int, _ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+    process.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", try strataExecutable().path] + arguments
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    try process.run()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+}

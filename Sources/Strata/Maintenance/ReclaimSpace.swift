@@ -50,7 +50,14 @@ extension Store {
     /// Opens `strata.lock` in `folder` and takes a shared (open stores) or exclusive
     /// (``reclaimSpace(at:)``, without waiting) `flock` on it. Returns the descriptor holding it.
     static func lockFolder(_ folder: String, exclusive: Bool) throws(StrataError) -> Int32 {
-        let fd = open(folder + "/strata.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        var fd = open(folder + "/strata.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        if fd < 0 && !exclusive && (errno == EACCES || errno == EROFS || errno == EPERM) {
+            // A store this process may only read: a read-only descriptor takes a shared flock as
+            // well; with no lock file at all (and no right to create one), nothing can be locked,
+            // and nothing can be reclaimed by this process either.
+            fd = open(folder + "/strata.lock", O_RDONLY | O_CLOEXEC)
+            if fd < 0 { return -1 }
+        }
         guard fd >= 0 else {
             throw StrataError(.io, "cannot open '\(folder)/strata.lock': \(String(cString: strerror(errno)))")
         }
