@@ -289,8 +289,8 @@ public final class Environment: @unchecked Sendable {
 
     /// Flushes buffered commits to disk (`mdb_env_sync` with force), for ``SyncMode/noSync``.
     public func sync() throws(LMDBError) {
-        resizeLock.lockShared()
-        defer { resizeLock.unlock() }
+        let locked = lockSharedUnlessHeld()
+        defer { if locked { resizeLock.unlock() } }
         guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_sync") }
         try check(mdb_env_sync(handle, 1), "mdb_env_sync")
     }
@@ -314,16 +314,25 @@ public final class Environment: @unchecked Sendable {
 
     /// Whether ``close()`` was called.
     public var closed: Bool {
-        resizeLock.lockShared()
-        defer { resizeLock.unlock() }
+        let locked = lockSharedUnlessHeld()
+        defer { if locked { resizeLock.unlock() } }
         return isClosed
+    }
+
+    /// Takes the resize lock shared unless this thread holds it already (it does while it holds
+    /// a transaction): taking a read-write lock shared twice on one thread can deadlock when a
+    /// writer is waiting in between. Returns whether it took the lock.
+    private func lockSharedUnlessHeld() -> Bool {
+        guard depth == 0 else { return false }
+        resizeLock.lockShared()
+        return true
     }
 
     /// Copies the environment to the (existing, empty) folder `path`, optionally compacting it
     /// (free pages are omitted and the copy renumbered). Safe while the environment is in use.
     public func copy(to path: String, compact: Bool = true) throws(LMDBError) {
-        resizeLock.lockShared()
-        defer { resizeLock.unlock() }
+        let locked = lockSharedUnlessHeld()
+        defer { if locked { resizeLock.unlock() } }
         guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_copy2(\(path))") }
         try check(mdb_env_copy2(handle, path, compact ? UInt32(MDB_CP_COMPACT) : 0), "mdb_env_copy2(\(path))")
     }
@@ -331,8 +340,8 @@ public final class Environment: @unchecked Sendable {
     /// Statistics of the main database: page size, depth, page counts.
     public func stats() -> DatabaseStats {
         var s = MDB_stat()
-        resizeLock.lockShared()
-        defer { resizeLock.unlock() }
+        let locked = lockSharedUnlessHeld()
+        defer { if locked { resizeLock.unlock() } }
         if !isClosed { mdb_env_stat(handle, &s) }
         return DatabaseStats(s)
     }
@@ -346,13 +355,12 @@ public final class Environment: @unchecked Sendable {
         return i.me_mapsize == 0 ? 0 : (i.me_last_pgno + 1) * pageSize
     }
 
-    /// Environment info; zeros once closed. Takes the resize lock shared unless the caller holds
-    /// it already (`locked`), since a pthread rwlock may deadlock when taken shared twice while a
-    /// writer waits.
+    /// Environment info; zeros once closed. `locked`: the caller holds the resize lock
+    /// (exclusively) already.
     private func info(locked: Bool = false) -> MDB_envinfo {
         var i = MDB_envinfo()
-        if !locked { resizeLock.lockShared() }
-        defer { if !locked { resizeLock.unlock() } }
+        let took = locked ? false : lockSharedUnlessHeld()
+        defer { if took { resizeLock.unlock() } }
         if !isClosed { mdb_env_info(handle, &i) }
         return i
     }
