@@ -187,8 +187,8 @@ struct LogCommand: ParsableCommand {
     @OptionGroup var target: StoreArgument
     @Option(help: "Only operations on this table.") var table: String?
     @Option(help: "Only operations on this row (needs --table; commas separate a composite key).") var key: String?
-    @Option(help: "From this LSN.") var from: UInt64 = 1
-    @Option(help: "Up to this LSN.") var to: UInt64 = .max
+    @Option(parsing: .unconditional, help: "From this LSN.") var from: UInt64 = 1
+    @Option(parsing: .unconditional, help: "Up to this LSN.") var to: UInt64 = .max
     @Option(help: "Only operations at or after this time (ISO 8601).") var since: String?
     @Option(help: "Only operations at or before this time (ISO 8601).") var until: String?
     @OptionGroup var output: OutputOptions
