@@ -46,7 +46,8 @@ let package = Package(
         .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
         // Fixtures: stores written by earlier formats, opened in place by the migration tests.
         .testTarget(name: "StrataTests", dependencies: ["Strata", "LMDB", "StrataWorkload"], exclude: ["Fixtures"]),
-        .testTarget(name: "StrataSyncTests", dependencies: ["StrataSync", "Strata", "StrataWorkload"]),
+        // Fixtures: a format-2 store holding deferred conflicts, for the 2 → 3 migration test.
+        .testTarget(name: "StrataSyncTests", dependencies: ["StrataSync", "Strata", "StrataWorkload", "LMDB"], exclude: ["Fixtures"]),
         // Runs the built `strata` executable; the dependency makes `swift test` build it first.
         .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "strata-crash-helper", "Strata", "StrataSync", "LMDB"]),
     ]

@@ -1,4 +1,5 @@
 import CLMDB
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -110,6 +111,16 @@ public final class Environment: @unchecked Sendable {
     /// Reader slots of dead processes that `mdb_reader_check` cleared when this environment was
     /// opened. Such slots would otherwise pin old pages (the file grows) and use up slots.
     public let staleReadersCleared: Int
+    /// The most bytes one write transaction was seen to need: the growth of the used pages of a
+    /// committed write, or the room a write ran out of. The map is kept at least twice this
+    /// much ahead of the used pages (see `growIfNearlyFull`).
+    private let largestWrite = Atomic<Int>(0)
+    private let reruns = Atomic<Int>(0)
+
+    /// How many times a write closure ran again because the map was full (its transaction was
+    /// aborted, the map grown, and the closure run from the start). Growing ahead of writes
+    /// keeps this rare: typically once, the first time a write larger than any before fills the map.
+    public var writeReruns: Int { reruns.load(ordering: .relaxed) }
 
     /// Opens (creating if needed) the environment in the folder at `path`.
     ///
@@ -205,8 +216,17 @@ public final class Environment: @unchecked Sendable {
     /// - Complexity: O(1) plus `body`, plus one `fdatasync` under ``SyncMode/full``.
     public func write<R>(_ body: (WriteTransaction) throws -> R) throws -> R {
         precondition(depth & 1 == 0, "LMDB: a write transaction was begun inside another write transaction on the same thread")
+        var attempt = 0
         while true {
-            let mapSize = try growIfNearlyFull()
+            let (mapSize, usedBefore) = try growIfNearlyFull()
+            // A rerun needs more room than the map had free; each further one asks for more,
+            // so that one very large write costs few reruns.
+            func ranOutOfRoom() throws {
+                attempt += 1
+                reruns.add(1, ordering: .relaxed)
+                largestWrite.max(max(0, mapSize - usedBefore) << attempt, ordering: .relaxed)
+                try grow(from: mapSize, toFit: usedBefore)
+            }
             enter(writing: true)
             if isClosed {
                 leave(writing: true)
@@ -232,7 +252,7 @@ public final class Environment: @unchecked Sendable {
                 mdb_txn_abort(txn)
                 leave(writing: true)
                 if status == MDB_MAP_FULL {
-                    try grow(from: mapSize)
+                    try ranOutOfRoom()
                     continue
                 }
                 throw error
@@ -244,7 +264,7 @@ public final class Environment: @unchecked Sendable {
                 mdb_txn_abort(txn)
                 leave(writing: true)
                 if status == MDB_MAP_FULL {
-                    try grow(from: mapSize)
+                    try ranOutOfRoom()
                     continue
                 }
                 throw LMDBError(code: status, operation: "write transaction")
@@ -253,10 +273,11 @@ public final class Environment: @unchecked Sendable {
             rc = mdb_txn_commit(txn)
             leave(writing: true)
             if rc == MDB_MAP_FULL {
-                try grow(from: mapSize)
+                try ranOutOfRoom()
                 continue
             }
             try check(rc, "mdb_txn_commit")
+            largestWrite.max(usedBytes - usedBefore, ordering: .relaxed)
             return result
         }
     }
@@ -384,24 +405,31 @@ public final class Environment: @unchecked Sendable {
         resizeLock.unlock()
     }
 
-    /// Grows the map before a write when it is three-quarters used, so that most writes never
-    /// have to be retried. Returns the map size the write starts with.
-    private func growIfNearlyFull() throws -> Int {
+    /// Grows the map before a write when the room left is less than a quarter of the map or
+    /// twice the largest write seen, so that a write closure almost never has to run again.
+    /// Returns the map size the write starts with and the bytes then in use.
+    private func growIfNearlyFull() throws -> (mapSize: Int, used: Int) {
         let i = info()
         let used = (i.me_last_pgno + 1) * pageSize
-        if used > i.me_mapsize / 4 * 3 {
-            try grow(from: i.me_mapsize)
-            return info().me_mapsize
+        if used + headroom(i.me_mapsize) > i.me_mapsize {
+            try grow(from: i.me_mapsize, toFit: used)
+            let j = info()
+            return (j.me_mapsize, (j.me_last_pgno + 1) * pageSize)
         }
-        return i.me_mapsize
+        return (i.me_mapsize, used)
     }
 
-    /// Doubles the map, unless another writer already grew it past `size`.
-    private func grow(from size: Int) throws {
+    private func headroom(_ mapSize: Int) -> Int { max(mapSize / 4, 2 * largestWrite.load(ordering: .relaxed)) }
+
+    /// Doubles the map until `used` plus the headroom fits, unless another writer already grew
+    /// it past `size`.
+    private func grow(from size: Int, toFit used: Int = 0) throws {
         try exclusively {
             let current = info(locked: true).me_mapsize
             guard current <= size else { return }
-            try check(mdb_env_set_mapsize(handle, current * 2), "mdb_env_set_mapsize")
+            var new = current * 2
+            while used + headroom(new) > new { new *= 2 }
+            try check(mdb_env_set_mapsize(handle, new), "mdb_env_set_mapsize")
         }
     }
 

@@ -90,7 +90,7 @@ public final class Store: Sendable {
 
     /// The store format this version of Strata writes. Older formats are migrated when opened
     /// (see `Migration.swift`); newer ones are refused.
-    public static let formatVersion: UInt64 = 2
+    public static let formatVersion: UInt64 = 3
 
     /// Opens the store in the folder at `path`, creating it (and the folder, with any missing
     /// parent folders) if needed.
@@ -188,6 +188,10 @@ public final class Store: Sendable {
 
     // MARK: Transactions
 
+    /// How many times a ``write(_:)`` closure ran again because the map had to grow, since the
+    /// store was opened (see ``write(_:)``).
+    public var writeReruns: Int { env.writeReruns }
+
     /// Runs `body` in one write transaction and commits it when `body` returns.
     ///
     /// Every edit in `body` appends one operation to the log and updates the views in the same
@@ -195,8 +199,16 @@ public final class Store: Sendable {
     /// is stored and the error is rethrown.
     ///
     /// `body` is synchronous: LMDB ties a write transaction to its thread, so it must not suspend.
-    /// When the store must grow its map, `body` runs again from the start; keep it free of side
-    /// effects outside the transaction.
+    ///
+    /// - Important: **`body` may run more than once.** When the store's memory map fills up during
+    ///   the write, LMDB aborts the transaction; the store grows the map and runs `body` again from
+    ///   the start. Its edits are then made once (the aborted attempt stored nothing), but anything
+    ///   else it does — counting, logging, network calls, appending to an outside array — happens
+    ///   again. Keep such side effects out of `body`: compute before the call, act on its result
+    ///   after it. The store grows the map ahead of writes (when the room left is under a quarter
+    ///   of the map or twice the largest write it has seen), so a rerun is rare: typically once,
+    ///   the first time a write larger than any before meets a nearly full map.
+    ///   ``writeReruns`` counts them.
     ///
     /// - Complexity: O(edits × log n), plus one `fdatasync` under ``Durability/full``.
     public func write<R>(_ body: (Transaction) throws -> R) throws -> R {

@@ -24,7 +24,7 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
             case fieldNotFound, typeMismatch, missingField, nullNotAllowed, invalidKey
             case duplicateKey, rowNotFound, invalidOperation
             case corruptRecord, formatVersion, storage, io, malformedInput, dataVersionMismatch
-            case compacted, diskFull, busy, closed
+            case compacted, diskFull, busy, closed, invalidValue
         }
         fileprivate let kind: Kind
         private init(_ kind: Kind) { self.kind = kind }
@@ -74,6 +74,8 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         public static let busy = Code(.busy)
         /// The ``Store`` was closed (``Store/close()``): open the folder again for a new one.
         public static let closed = Code(.closed)
+        /// A value the store does not hold: a double or a timestamp that is NaN or infinite.
+        public static let invalidValue = Code(.invalidValue)
 
         public var description: String { kind.rawValue }
     }

@@ -189,7 +189,7 @@ public final class SyncClient: Sendable {
         _ change: ServerChange, table: String, key: RowKey, local: Row?, server: ServerRow?,
         anchor: String, policy: ConflictPolicy, tx: Transaction, report: inout MergeReport
     ) throws {
-        let localState = local.map(RowState.init)
+        let localState = try local.map { try Self.state(of: $0, tx.snapshot) }
         let outcome = MergeRules.merge(
             table: table, key: key, local: localState, server: change,
             serverTimestamp: server?.timestamp,
@@ -219,25 +219,33 @@ public final class SyncClient: Sendable {
     /// policy or a custom resolver), in table and key order.
     public func conflicts() throws -> [UnresolvedConflict] {
         try store.read { snap in
-            try snap.pendingRows().filter(\.isConflicted).map(UnresolvedConflict.init)
+            try snap.pendingRows().filter(\.isConflicted).map { UnresolvedConflict($0, try Self.state(of: $0, snap)) }
         }
     }
 
-    /// How the app settles a conflict.
+    /// How the app settles a conflict. Each choice applies to the row's conflicting fields
+    /// only (``UnresolvedConflict/fields``); local edits of other fields stay pending.
     public enum Choice: Sendable, Hashable {
-        /// Take the server's values (for a row the server deleted: remove it; for a row deleted
-        /// locally that the server changed: restore it).
+        /// Take the server's values of the conflicting fields (for a row the server deleted:
+        /// remove it; for a row deleted locally that the server changed: restore it).
         case server
         /// Keep the local values; they stay pending and are uploaded.
         case local
-        /// Set these current values (others keep theirs); the row stays pending against the
-        /// server's values.
+        /// Set these current values for conflicting fields; a conflicting field not listed takes
+        /// the server's value (keeps its local value, for a row the server deleted). The row stays
+        /// pending against the server's values. Naming a field that is not in conflict is an error.
         case values([String: Value])
     }
 
-    /// Resolves the conflict on a row, making it pending (local values) or settled (server's).
+    /// Resolves the conflict on a row: the choice applies to the fields in conflict, exactly as
+    /// the policy making the same choice during the merge would have (``ConflictPolicy/serverWins``
+    /// for `.server`, ``ConflictPolicy/clientWins`` for `.local`, a custom resolver returning
+    /// ``Resolution/merged(_:)`` for `.values`). Other fields keep their local edits.
     ///
-    /// - Throws: ``StrataError`` `rowNotFound`, or `invalidOperation` when the row holds no conflict.
+    /// - Throws: ``StrataError`` `rowNotFound`; `invalidOperation` when the row holds no conflict,
+    ///   or `.values` names a field that is not in conflict; `fieldNotFound`, `typeMismatch`,
+    ///   `nullNotAllowed` for a value that does not fit. On a throw nothing is written.
+    /// - Complexity: O(f log f) for the row's f fields.
     public func resolve(_ table: String, key: RowKey, with choice: Choice) throws {
         try store.write { tx in
             guard let row = try tx.row(table, key: key, includingDeleted: true) else {
@@ -246,26 +254,60 @@ public final class SyncClient: Sendable {
             guard row.isConflicted else {
                 throw StrataError(.invalidOperation, "row \(key) of table '\(table)' holds no conflict")
             }
-            var state: RowState? = RowState(row)
-            state!.isConflicted = false
-            switch choice {
-            case .server:
-                if state!.isInserted {
-                    state = nil
-                } else {
-                    state!.isDeleted = false
-                    state!.fields = state!.fields.mapValues { .clean($0.original) }
-                }
-            case .local:
-                break
-            case .values(let values):
-                state!.isDeleted = false
-                for (f, v) in values {
-                    state!.fields[f] = RowState.Field(original: state!.fields[f]?.original ?? .null, current: v)
-                }
-            }
+            let state = try Self.resolved(try Self.state(of: row, tx.snapshot), table: table, key: row.key, with: choice)
             try tx.setRowState(table, key: row.key, state, kind: .resolve, origin: .local)
         }
+    }
+
+    /// A stored row's state for the merge rules. A row a format-2 store left conflicted does
+    /// not record its conflicting fields; the merge that deferred the conflict logged them in
+    /// its audit record (decisions `conflictDeferred`), which compaction keeps (it never folds a
+    /// pending row's operations), so they are taken from there, and recorded in the row by the
+    /// next operation that writes it.
+    static func state(of row: Row, _ snap: Snapshot) throws -> RowState {
+        var state = RowState(row)
+        guard row.isConflicted, !row.recordsConflictingFields else { return state }
+        let audits = try snap.history(row.table, key: row.key).reversed().lazy.filter { $0.origin == .server }.compactMap(MergeAudit.init)
+        guard let audit = audits.first(where: { $0.decisions.contains { $0.outcome == .conflictDeferred } }) else { return state }
+        let deferred = Set(audit.decisions.filter { $0.outcome == .conflictDeferred }.map(\.field))
+        for f in Array(state.fields.keys) { state.fields[f]!.isInConflict = deferred.contains(f) }
+        for f in deferred where state.fields[f] == nil { state.fields[f] = RowState.Field(original: .null, current: .null, isInConflict: true) }
+        return state
+    }
+
+    /// A conflicted row's state after `choice` (see ``resolve(_:key:with:)``).
+    static func resolved(_ row: RowState, table: String, key: RowKey, with choice: Choice) throws -> RowState? {
+        var state = row
+        let conflicting = row.conflictingFields
+        state.clearConflict()
+        switch choice {
+        case .server:
+            // The server deleted the row: its side is no row.
+            if row.isInserted { return nil }
+            state.isDeleted = false
+            for f in conflicting {
+                let server = row.fields[f]!.original
+                state.fields[f] = server.isNull ? nil : .clean(server)
+            }
+        case .local:
+            break
+        case .values(let values):
+            if let extra = values.keys.sorted().first(where: { !conflicting.contains($0) }) {
+                throw StrataError(.invalidOperation, "field '\(extra)' of row \(key) of table '\(table)' is not in conflict; the conflicting fields are \(conflicting.joined(separator: ", "))")
+            }
+            state.isDeleted = false
+            for f in conflicting {
+                let server = row.fields[f]!.original
+                if row.isInserted {
+                    // No server row: a field not listed keeps its local value.
+                    if let v = values[f] { state.fields[f] = .clean(v) }
+                } else {
+                    state.fields[f] = RowState.Field(original: server, current: values[f] ?? server)
+                }
+            }
+        }
+        state.fields = state.fields.filter { !($0.value.original.isNull && $0.value.current.isNull) }
+        return state
     }
 
     // MARK: Client reset
@@ -278,11 +320,24 @@ public final class SyncClient: Sendable {
     /// stays an insert, or becomes an update if the server has the key; a local delete stays a
     /// delete if the server still has the row). Without it, local edits are discarded.
     ///
+    /// A batch in flight is dropped: it was frozen against data the server no longer has. Its
+    /// rows are still pending (only an acknowledgement settles them), so with `keepLocalChanges`
+    /// their edits go up again in the next batch.
+    ///
+    /// ``sync(with:maxAttempts:backoff:maxBatchRows:maxBatchBytes:onReset:progress:)`` calls this
+    /// itself when the transport throws ``ResetRequired``.
+    ///
     /// - Complexity: O(n log n) over the rows of the listed tables.
     @discardableResult
     public func reset(with snapshot: ServerDelta, keepLocalChanges: Bool) throws -> MergeReport {
         try store.write { tx in
             var report = MergeReport()
+            if try tx.property(Self.inFlightProperty) != nil {
+                try tx.setProperty(Self.inFlightProperty, nil)
+                try tx.setProperty(Self.batchStateProperty, nil)
+                try tx.setProperty(Self.frozenAtProperty, nil)
+                try tx.unpinLog(Self.batchPin)
+            }
             for table in snapshot.tables {
                 let schema = try tx.snapshot.schema(table.table)
                 var server: [RowKey: [String: Value]] = [:]
@@ -293,7 +348,12 @@ public final class SyncClient: Sendable {
                         }
                         return v
                     })
-                    server[key] = row.fields.filter { !schema.primaryKey.contains($0.key) }
+                    var fields = row.fields.filter { !schema.primaryKey.contains($0.key) }
+                    // As in a merge, fields the server leaves out take their defaults.
+                    for f in schema.fields where schema.mode == .fixed && !schema.primaryKey.contains(f.name) && fields[f.name] == nil {
+                        if let d = f.defaultValue { fields[f.name] = d }
+                    }
+                    server[key] = fields
                 }
                 var keys = Set(server.keys)
                 for row in try tx.snapshot.rows(table.table, includingDeleted: true) { keys.insert(row.key) }
@@ -316,25 +376,29 @@ public final class SyncClient: Sendable {
 public struct UnresolvedConflict: Sendable, Hashable {
     public let table: String
     public let key: RowKey
-    /// The fields whose local value differs from the server's.
+    /// The fields in conflict: changed by the server and by this device to different values
+    /// (for a delete conflict: the fields the surviving side changed). Only these are decided
+    /// by ``SyncClient/resolve(_:key:with:)``.
     public let fields: [String]
-    /// The local values of those fields.
+    /// The local values of those fields (null when the row is deleted here).
     public let local: [String: Value]
-    /// The server's values of those fields.
+    /// The server's values of those fields (null when the server deleted the row).
     public let server: [String: Value]
     /// The device deleted the row; the server changed it.
     public let isDeletedLocally: Bool
     /// The server deleted the row; the device changed it.
     public let isDeletedOnServer: Bool
 
-    init(_ row: Row) {
+    init(_ row: Row, _ state: RowState) {
         table = row.table
         key = row.key
         isDeletedLocally = row.status == .deleted
         isDeletedOnServer = row.status == .inserted
-        let names = row.status == .inserted ? row.fieldNames.filter { !row.keyFieldNames.contains($0) && !row[$0].isNull } : row.changedFields
+        let conflicting = Set(state.conflictingFields)
+        let names = row.fieldNames.filter(conflicting.contains)
         fields = names
         local = Dictionary(uniqueKeysWithValues: names.map { ($0, row.status == .deleted ? .null : row[$0]) })
-        server = Dictionary(uniqueKeysWithValues: names.map { ($0, row.status == .inserted ? .null : row.original($0)) })
+        // A conflicting field's original is the server's value (null for a row the server deleted).
+        server = Dictionary(uniqueKeysWithValues: names.map { ($0, row.original($0)) })
     }
 }

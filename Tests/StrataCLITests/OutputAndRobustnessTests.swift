@@ -156,6 +156,7 @@ func temporaryPath(_ name: String) -> String {
             let good = temporaryPath("good") + ".briefcase"
             let fresh = temporaryPath("fresh")
             defer { for p in [good, fresh] { try? FileManager.default.removeItem(atPath: p) } }
+            try store.write { try $0.update("tasks", key: 4, ["title": "ZZZZ-marker"]) }
             try store.exportBriefcase(to: good)
             let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: good)))
             func withChecksum(_ body: [UInt8]) -> [UInt8] {
@@ -168,10 +169,12 @@ func temporaryPath(_ name: String) -> String {
             }
             var zero = Array(bytes.dropLast(8))
             zero[8] = 0
-            // The last row's last value: its type tag turned into one no Strata writes.
+            // The marker string's value: its type tag (before its one-byte length) turned into
+            // one no Strata writes.
             var badValue = Array(bytes.dropLast(8))
-            let tag = badValue.lastIndex { [0, 1, 2, 3, 4, 5, 6, 7].contains($0) }!
-            badValue[tag] = 0xEE
+            let marker = Array("ZZZZ-marker".utf8)
+            let at = try #require((0...(badValue.count - marker.count)).last { Array(badValue[$0..<($0 + marker.count)]) == marker })
+            badValue[at - 2] = 0xEE
             for (name, content, message) in [("zero", withChecksum(zero), "format 0"), ("value", withChecksum(badValue), "does not decode")] {
                 let file = temporaryPath(name)
                 defer { try? FileManager.default.removeItem(atPath: file) }

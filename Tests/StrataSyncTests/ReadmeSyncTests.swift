@@ -44,6 +44,18 @@ import Testing
             #expect(row["title"] == "Buy oat milk" && !row.isPending)  // uploaded and acknowledged
             #expect(try sync.anchor() != nil)
             #expect(server.rows("tasks")[7]?["title"] == "Buy oat milk")
+
+            try await store.write { tx in try tx.update("tasks", key: 7, ["notes": "from the corner shop"]) }
+            // --- README reset begins ---
+            let transport = server.client(store.clientID)     // InMemorySyncServer can forget a client
+            server.forget(client: store.clientID)             // …or expireChanges(): the anchor is too old
+            let after = try await sync.sync(with: transport, onReset: .keepLocalChanges)
+            if let reset = after.reset {                      // unknownClient, kept local changes: true
+                print(reset.reason, "kept local changes:", reset.keptLocalChanges, reset.merge.rowsApplied)
+            }
+            // --- README reset ends ---
+            #expect(after.reset?.reason == .unknownClient && after.reset?.keptLocalChanges == true)
+            #expect(server.rows("tasks")[7]?["notes"] == "from the corner shop")
         }
     }
 }

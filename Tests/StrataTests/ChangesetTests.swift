@@ -98,8 +98,10 @@ import Testing
         try withStore { store, _ in
             try store.createTable(tasksSchema)
             try store.write { tx in
-                try tx.setRowState("tasks", key: 1, RowState(fields: ["title": .clean("t"), "notes": .init(original: .null, current: "x")], isDeleted: true), kind: .serverChange, origin: .server)
-                try tx.setRowState("tasks", key: 2, RowState(fields: ["title": .init(original: "a", current: "b")], isConflicted: true), kind: .serverChange, origin: .server)
+                // Required fields (priority, done) must hold a value in any state stored.
+                let required: [String: RowState.Field] = ["priority": .clean(0), "done": .clean(false)]
+                try tx.setRowState("tasks", key: 1, RowState(fields: required.merging(["title": .clean("t"), "notes": .init(original: .null, current: "x")]) { $1 }, isDeleted: true), kind: .serverChange, origin: .server)
+                try tx.setRowState("tasks", key: 2, RowState(fields: required.merging(["title": .init(original: "a", current: "b")]) { $1 }, isConflicted: true), kind: .serverChange, origin: .server)
             }
             let (pending, changeset) = try store.read { snap in (try snap.pendingRows("tasks"), try snap.pendingChangeset("tasks")) }
             let changes = try changeset.changes()

@@ -157,6 +157,74 @@ struct QueryFixture {
         }
     }
 
+    /// Paging along an index (one ascending sort field an index starts with): pages seek to the
+    /// token in the index; concatenated they equal the whole result, also across runs of equal
+    /// and of long (prefix-indexed) values, and with writes between pages.
+    @Test func pagesAlongAnIndexEqualTheWholeResult() throws {
+        let seed = testSeed("pagesAlongAnIndex")
+        var g = SplitMix64(seed: seed)
+        try withStore { store, _ in
+            try QueryFixture.fill(store, &g)
+            try store.write { tx in
+                for i in 0..<40 {
+                    let long = String(repeating: "long", count: 80) + "\(g.next() % 3)"
+                    try tx.insert("tasks", ["id": .int(Int64(500 + i)), "title": .string(long), "priority": .int(Int64(g.next() % 5)), "notes": g.next() % 2 == 0 ? .null : .string(long)])
+                }
+            }
+            for f in ["priority", "title", "notes", "updated"] { try store.createIndex("by_\(f)", on: "tasks", fields: [f, "done"]) }
+            var alongIndex = 0
+            for i in 0..<60 {
+                let field = ["priority", "title", "notes", "updated"][Int(g.next() % 4)]
+                let filter: Condition? = g.next() % 2 == 0 ? nil : .not(.equals("done", .bool(g.next() % 2 == 0)))
+                let q = Query("tasks", where: filter, orderBy: [.ascending(field)])
+                let plan = try store.read { try $0.explain(q) }
+                #expect(plan == "index by_\(field) in order", "\(q)")
+                if plan.hasSuffix("in order") { alongIndex += 1 }
+                let whole = try store.read { try $0.rows(q) }.map(\.key)
+                var paged: [RowKey] = []
+                var token: PageToken? = nil
+                repeat {
+                    let page = try store.read { try $0.page(q, size: 1 + Int(g.next() % 17), after: token) }
+                    #expect(!page.rows.isEmpty || token == nil, "an empty page before the end")
+                    paged += page.rows.map(\.key)
+                    token = page.next
+                } while token != nil
+                #expect(paged == whole, "query \(i): \(q)")
+            }
+            #expect(alongIndex == 60)
+
+            // Writes between pages: an untouched row is listed exactly once, none is skipped.
+            let q = Query("tasks", orderBy: [.ascending("priority")])
+            var seen: [RowKey] = []
+            var touched = Set<RowKey>()
+            var token: PageToken? = nil
+            var next = 2000
+            repeat {
+                let page = try store.read { try $0.page(q, size: 25, after: token) }
+                seen += page.rows.map(\.key)
+                token = page.next
+                try store.write { tx in
+                    for _ in 0..<3 {
+                        let k = RowKey(.int(Int64(next)))
+                        try tx.insert("tasks", ["id": k.values[0], "title": "new", "priority": .int(Int64(g.next() % 5))])
+                        touched.insert(k)
+                        next += 1
+                        let victim = RowKey(.int(Int64(g.next() % 300)))
+                        if (try? tx.delete("tasks", key: victim)) != nil { touched.insert(victim) }
+                        let moved = RowKey(.int(Int64(g.next() % 300)))
+                        if (try? tx.update("tasks", key: moved, ["priority": .int(Int64(g.next() % 5))])) != nil { touched.insert(moved) }
+                    }
+                }
+            } while token != nil
+            let repeated = Dictionary(grouping: seen, by: { $0 }).filter { $0.value.count > 1 }.keys
+            #expect(repeated.allSatisfy { touched.contains($0) }, "an untouched row was listed twice")
+            let stable = try store.read { try $0.rows(q) }.map(\.key).filter { !touched.contains($0) }
+            #expect(Set(stable).isSubset(of: Set(seen)), "a row present throughout was skipped")
+            // A sort no index gives says so.
+            #expect(try store.read { try $0.explain(Query("tasks", orderBy: [.descending("priority")])) }.hasSuffix("each page sorts the whole result)"))
+        }
+    }
+
     @Test func queriesNamingUnknownFieldsAreErrors() throws {
         try withStore { store, _ in
             try store.createTable(tasksSchema)
@@ -248,7 +316,7 @@ struct QueryFixture {
                 if i % 3 == 0 { q.filter = .and([.between("priority", .int(Int64(g.next() % 3)), .int(Int64(2 + g.next() % 3))), q.filter ?? .isNotNull("id")]) }
                 if i % 4 == 0 { q.orderBy = [.ascending(["priority", "title", "updated"][Int(g.next() % 3)])] }
                 let plan = try store.read { try $0.explain(q) }
-                if plan != "scan" { used += 1 }
+                if !plan.hasPrefix("scan") { used += 1 }
                 let got = try store.read { try $0.rows(q) }
                 #expect(got.map(\.key) == QueryFixture.bruteForce(all, q).map(\.key), "query \(i) [\(plan)]: \(q)")
             }

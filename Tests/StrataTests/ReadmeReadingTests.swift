@@ -24,7 +24,7 @@ import Testing
             let urgent = Query("tasks", where: .and([.equals("done", false), .lessThan("priority", 2)]),
                                orderBy: [.ascending("priority"), .descending("title")], limit: 10)
             let rows = try store.read { try $0.rows(urgent) }          // an index range scan, then filter and sort
-            let plan = try store.read { try $0.explain(urgent) }       // "index by_priority ranges (1)"
+            let plan = try store.read { try $0.explain(urgent) }       // "index by_priority ranges (1), then sort (…)"
 
             // Pages continue from the last row seen, never from an offset.
             var token: PageToken? = nil
@@ -45,7 +45,7 @@ import Testing
             let before = try store.read { try $0.row("tasks", key: 31, asOf: 31) }   // as it was at LSN 31
             // --- README reading ends ---
             #expect(rows.count == 10 && rows.allSatisfy { $0["priority"].intValue! < 2 })
-            #expect(plan == "index by_priority ranges (1)")
+            #expect(plan == "index by_priority ranges (1), then sort (no index gives this order: each page sorts the whole result)")
             #expect(firstPage.rows.count == 20 && firstPage.next != nil)
             #expect(task == Task(id: 31, title: "Pay rent", priority: 1, done: false))
             #expect(before?["done"] == false && seen.withLock { $0 } == 1)

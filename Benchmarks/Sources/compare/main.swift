@@ -7,7 +7,7 @@ import StrataWorkload
 // one process and prints every phase with Strata's ratio to each peer, as a Markdown table.
 //
 //   swift run -c release compare [--edits N] [--preload N] [--single N] [--batches 1000,100,1] [--probes N]
-//                                [--systems Strata,trigger,session,plain]
+//                                [--systems Strata,trigger,session,plain] [--page-rows N] [--paging-only]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 func option(_ name: String, _ fallback: Int, in arguments: [String] = arguments) -> Int {
@@ -51,7 +51,11 @@ func makePeer(_ name: String, _ folder: String) throws -> any Peer {
     }
 }
 
-for batch in batches {
+// `--paging-only` runs the paging rows alone (Strata's, with and without an index).
+let pagingOnly = arguments.contains("--paging-only")
+let pageRows = option("page-rows", 1_000_000)
+
+for batch in pagingOnly ? [] : batches {
     let count = batch == 1 ? min(singleCount, editCount) : editCount
     var editRates: [String: Double] = [:]
     var preloadRates: [String: Double] = [:]
@@ -126,7 +130,7 @@ for batch in batches {
 // conflicting (10% of the delta), server wins.
 let mergeWork = MergeWorkload(rows: preloadCount, pending: preloadCount / 10, conflicting: preloadCount / 10)
 var mergeTimes: [String: Double] = [:]
-for system in systems where system != "SQLite plain" {
+for system in systems where system != "SQLite plain" && !pagingOnly {
     let folder = FileManager.default.temporaryDirectory.appendingPathComponent("strata-compare-\(UUID().uuidString)").path
     defer { try? FileManager.default.removeItem(atPath: folder) }
     let peer = try makePeer(system, folder)
@@ -139,7 +143,48 @@ for system in systems where system != "SQLite plain" {
     let t = try seconds { merged = try peer.merge(mergeWork) }
     if merged { mergeTimes[system] = t }
 }
-rows.append(Row(phase: "merge: \(mergeWork.rows) server rows, \(mergeWork.pending) pending, \(mergeWork.conflicting) conflicting", unit: "s", higherIsBetter: false, values: mergeTimes))
+if !pagingOnly {
+    rows.append(Row(phase: "merge: \(mergeWork.rows) server rows, \(mergeWork.pending) pending, \(mergeWork.conflicting) conflicting", unit: "s", higherIsBetter: false, values: mergeTimes))
+}
+
+// Paging: the tenth page (50 rows) of a query sorted by `updated` over `pageRows` rows, read
+// after the nine before it, without an index on the sort field (every page sorts the whole
+// result) and with one (a page is a key range of the index). Strata only.
+if systems.contains("Strata") {
+    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("strata-compare-\(UUID().uuidString)").path
+    defer { try? FileManager.default.removeItem(atPath: folder) }
+    var options = StoreOptions()
+    options.durability = .noSync
+    let store = try Store(path: folder, options: options)
+    try store.createTable(ReferenceWorkload.schema)
+    var g = SplitMix64(seed: 11)
+    var id = 0
+    while id < pageRows {
+        try store.write { tx in
+            for _ in 0..<min(100_000, pageRows - id) {
+                id += 1
+                try tx.insert("tasks", ["id": .int(Int64(id)), "title": "t", "priority": .int(Int64(g.next() % 5)), "done": 0, "notes": "n", "updated": .double(Double(g.next() % 1_000_000) / 8)])
+            }
+        }
+    }
+    let query = Query("tasks", orderBy: [.ascending("updated")])
+    func tenthPage() throws -> Double {
+        var token: PageToken? = nil
+        for _ in 0..<9 { token = try store.read { try $0.page(query, size: 50, after: token) }.next }
+        var page: Page? = nil
+        let t = try seconds { page = try store.read { try $0.page(query, size: 50, after: token) } }
+        precondition(page?.rows.count == min(50, max(0, pageRows - 450)), "the tenth page is short")
+        return t * 1000
+    }
+    let unindexed = try tenthPage()
+    let plan = try store.read { try $0.explain(query) }
+    try store.createIndex("tasks_by_updated", on: "tasks", fields: ["updated"])
+    let indexed = try tenthPage()
+    let indexedPlan = try store.read { try $0.explain(query) }
+    FileHandle.standardError.write("paging: \(plan) → \(indexedPlan)\n".data(using: .utf8)!)
+    rows.append(Row(phase: "tenth page of 50, sorted query on \(pageRows) rows, no index", unit: "ms", higherIsBetter: false, values: ["Strata": unindexed]))
+    rows.append(Row(phase: "tenth page of 50, sorted query on \(pageRows) rows, index on the sort field", unit: "ms", higherIsBetter: false, values: ["Strata": indexed]))
+}
 
 func format(_ v: Double?) -> String {
     guard let v else { return "–" }

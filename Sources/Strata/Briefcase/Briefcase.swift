@@ -16,18 +16,23 @@ public struct BriefcaseInfo: Sendable, Hashable, Codable {
     public var createdAt: Date
     /// The client id of the store it was exported from.
     public var sourceClientID: String
+    /// The exporting store's named properties (``Snapshot/properties()``) — among them a sync
+    /// client's anchor — which ``Store/importBriefcase(from:expectingDataVersion:restoringProperties:)``
+    /// restores when asked. `nil` in briefcases written before properties were carried.
+    public var storeProperties: [String: Value]?
 }
 
 /// A briefcase: a snapshot of tables — current values, originals and pending state — in one
 /// file, to keep data offline, hand it to another device, or seed a store.
 ///
 /// The file is `STRATABC`, a format byte, a JSON header (``BriefcaseInfo``), the rows (binary:
-/// table, key values, flags, and per field name, original and current value), and a 64-bit
-/// FNV-1a checksum of everything before it, so a truncated or damaged file is detected before
-/// anything is imported.
+/// table, key values, flags, and per field name, original and current value, and from format 2
+/// a byte that is 1 for a field in conflict), and a 64-bit FNV-1a checksum of everything before
+/// it, so a truncated or damaged file is detected before anything is imported. Format 1 is still
+/// read.
 enum BriefcaseFormat {
     static let magic = Array("STRATABC".utf8)
-    static let version: UInt8 = 1
+    static let version: UInt8 = 2
 
     struct Entry {
         var table: Int
@@ -56,6 +61,7 @@ enum BriefcaseFormat {
                 w.appendValue(.string(name))
                 w.appendValue(f.original)
                 w.appendValue(f.current)
+                w.append(f.isInConflict ? 1 : 0)
             }
         }
         var d = Digest()
@@ -83,7 +89,7 @@ enum BriefcaseFormat {
             if format > version {
                 throw StrataError(.formatVersion, "the briefcase '\(path)' has format \(format), newer than this Strata reads (\(version)); nothing was imported")
             }
-            guard format == version else { throw damaged("format \(format), which no Strata writes") }
+            guard format >= 1 else { throw damaged("format \(format), which no Strata writes") }
             let n = Int(clamping: try r.varint())
             let info: BriefcaseInfo
             do { info = try JSONDecoder().decode(BriefcaseInfo.self, from: Data(try r.bytes(n))) } catch { throw damaged("unreadable header") }
@@ -101,7 +107,10 @@ enum BriefcaseFormat {
                 var fields: [String: RowState.Field] = [:]
                 for _ in 0..<fieldCount {
                     guard case .string(let name) = try r.value() else { throw damaged("a field without a name") }
-                    fields[name] = RowState.Field(original: try r.value(), current: try r.value())
+                    let original = try r.value(), current = try r.value()
+                    let mark = format >= 2 ? try r.byte() : 0
+                    guard mark <= 1 else { throw damaged("a field mark \(mark)") }
+                    fields[name] = RowState.Field(original: original, current: current, isInConflict: mark == 1)
                 }
                 entries.append(Entry(table: table, key: RowKey(key), state: RowState(fields: fields, isInserted: flags & 1 != 0, isDeleted: flags & 2 != 0, isConflicted: flags & 4 != 0)))
             }
@@ -116,8 +125,9 @@ enum BriefcaseFormat {
 }
 
 extension Store {
-    /// Writes `tables` (all tables when `nil`) — current values, originals and pending state —
-    /// into a briefcase file at `path`, from one consistent snapshot.
+    /// Writes `tables` (all tables when `nil`) — current values, originals and pending state,
+    /// conflicts included — and the store's named properties into a briefcase file at `path`,
+    /// from one consistent snapshot.
     ///
     /// - Complexity: O(n) for the rows exported.
     @discardableResult
@@ -132,7 +142,10 @@ extension Store {
                     entries.append(.init(table: i, key: row.key, state: RowState(row)))
                 }
             }
-            let info = BriefcaseInfo(dataVersion: dataVersion, properties: properties, tables: schemas, fieldNames: fieldNames, rowCount: entries.count, createdAt: Date(), sourceClientID: clientID)
+            let info = BriefcaseInfo(
+                dataVersion: dataVersion, properties: properties, tables: schemas, fieldNames: fieldNames, rowCount: entries.count,
+                createdAt: Date(), sourceClientID: clientID, storeProperties: try snap.properties()
+            )
             return (info, entries)
         }
         let bytes = try BriefcaseFormat.encode(info, entries)
@@ -153,18 +166,24 @@ extension Store {
     /// table's rows — values, originals and pending state as exported — in one transaction that
     /// logs an `imported` operation per changed row.
     ///
+    /// With `restoringProperties`, the store's named properties become the briefcase's (those
+    /// it lacks are removed), in the same transaction: a sync client's anchor comes back, so the
+    /// next pull continues from where the exporting store was instead of fetching everything. Use
+    /// it to restore a store from its own briefcase; it makes no sense for a briefcase holding only
+    /// some of the tables the anchor covers. Without it, properties are left as they are.
+    ///
     /// - Throws: ``StrataError`` `dataVersionMismatch` when `expectingDataVersion` is given and
     ///   differs (discard the briefcase and fetch the data again); `malformedInput` for a damaged
     ///   or truncated file; `tableExists` when a table exists with another schema. Nothing is
     ///   imported then.
     @discardableResult
-    public func importBriefcase(from path: String, expectingDataVersion: String? = nil) throws -> BriefcaseInfo {
+    public func importBriefcase(from path: String, expectingDataVersion: String? = nil, restoringProperties: Bool = false) throws -> BriefcaseInfo {
         let (info, entries) = try BriefcaseFormat.decode(try Store.readFile(path), path: path)
         if let expected = expectingDataVersion, info.dataVersion != expected {
             throw StrataError(.dataVersionMismatch, "the briefcase '\(path)' holds data version \(info.dataVersion.map { "'\($0)'" } ?? "none"), the app expects '\(expected)'; discard it and fetch the data again")
         }
         do {
-            try importRows(info, entries)
+            try importRows(info, entries, from: path, restoringProperties: restoringProperties)
         } catch let e as StrataError {
             // The transaction rolled back: say so, with what was wrong.
             throw StrataError(e.code, "\(e.message); nothing was imported from the briefcase '\(path)'", cause: e.cause)
@@ -172,7 +191,7 @@ extension Store {
         return info
     }
 
-    private func importRows(_ info: BriefcaseInfo, _ entries: [BriefcaseFormat.Entry]) throws {
+    private func importRows(_ info: BriefcaseInfo, _ entries: [BriefcaseFormat.Entry], from path: String, restoringProperties: Bool) throws {
         try write { tx in
             for schema in info.tables {
                 try tx.createTable(schema)
@@ -190,6 +209,13 @@ extension Store {
                 for row in try tx.snapshot.rows(schema.name, includingDeleted: true) where !(keep[schema.name]?.contains(row.key) ?? false) {
                     try tx.setRowState(schema.name, key: row.key, nil, kind: .imported, origin: .local)
                 }
+            }
+            if restoringProperties {
+                guard let carried = info.storeProperties else {
+                    throw StrataError(.invalidOperation, "the briefcase '\(path)' carries no store properties (it was written before they were); import it without restoringProperties")
+                }
+                for name in try tx.snapshot.properties().keys where carried[name] == nil { try tx.setProperty(name, nil) }
+                for (name, value) in carried { try tx.setProperty(name, value) }
             }
         }
     }

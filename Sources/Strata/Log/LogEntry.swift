@@ -64,6 +64,9 @@ public struct LogEntry: Sendable, Hashable {
         public let original: Value
         /// The value the app sees after the operation.
         public let current: Value
+        /// Whether the field is in conflict after the operation (``Row/conflictingFields``);
+        /// `original` is then the server's value.
+        public var isInConflict: Bool = false
         /// Whether the field differs from its original after the operation.
         public var isChanged: Bool { original != current }
     }
@@ -105,7 +108,7 @@ public struct LogEntry: Sendable, Hashable {
         while let e = try r.nextEntry() {
             let current = try Value(decoding: UnsafeRawBufferPointer(rebasing: record[e.current]))
             let original = e.isDirty ? try Value(decoding: UnsafeRawBufferPointer(rebasing: record[e.original])) : current
-            changes.append(FieldChange(field: t.fieldName(e.id), original: original, current: current))
+            changes.append(FieldChange(field: t.fieldName(e.id), original: original, current: current, isInConflict: e.isConflict))
         }
         self.lsn = lsn
         self.transactionID = h.txnID

@@ -6,6 +6,15 @@ import LMDB
 ///
 ///     varint fieldID, u8 state, value…       state 0 = clean:  one value (original == current)
 ///                                            state 1 = dirty:  two values, original then current
+///                                            state 2 = in conflict: two values, the server's
+///                                                      value then current (format 2 on)
+///
+/// A field *in conflict* is one a merge left unresolved (the deferred policy): the server changed
+/// it, the device changed it, to different values. Its entry records the server's value in the
+/// original's place — the merge sets the original to the server's value anyway — and stays a
+/// conflict entry through local edits until a merge or ``resolve`` settles it, so the conflicting
+/// fields and their server values are in the log and the row, and a fold reproduces them. For a
+/// row the server deleted (a local insert then) the server's value is null.
 ///
 /// A **row state** (value in `rows`) is `u8 flags, varint lastLSN` followed by the row's field
 /// entries in field-id order; null clean fields are left out, and key fields live in the key.
@@ -27,8 +36,10 @@ import LMDB
 /// an operation is therefore mechanical — see ``RowFold`` — and the rules that decide what an edit
 /// does live only in the write path (`EditRules.swift`).
 enum RecordFormat {
-    /// The current format of operation records.
-    static let operationFormat: UInt8 = 1
+    /// The current format of operation records: 2 adds conflict entries (state 2).
+    static let operationFormat: UInt8 = 2
+    /// The oldest format still read: format 1 is format 2 without conflict entries.
+    static let oldestOperationFormat: UInt8 = 1
 }
 
 /// Row flags, stored in the row state and (as the state after) in each operation.
@@ -47,7 +58,10 @@ struct RowFlags: OptionSet, Sendable {
 /// A field entry located in a buffer: byte ranges, nothing decoded.
 struct FieldEntry {
     var id: Int
+    /// Whether original and current differ.
     var isDirty: Bool
+    /// A conflict entry (state 2): `original` is the server's value.
+    var isConflict: Bool = false
     /// The original (server-confirmed) value; the same range as `current` when clean.
     var original: Range<Int>
     var current: Range<Int>
@@ -72,6 +86,11 @@ extension ByteReader {
             let o = try skipValue()
             let c = try skipValue()
             return FieldEntry(id: Int(id), isDirty: true, original: o, current: c, whole: start..<offset)
+        case 2:
+            let o = try skipValue()
+            let c = try skipValue()
+            let differ = o.count != c.count || !buffer[o].elementsEqual(buffer[c])
+            return FieldEntry(id: Int(id), isDirty: differ, isConflict: true, original: o, current: c, whole: start..<offset)
         default:
             throw corrupt("unknown field state \(state)")
         }
@@ -93,6 +112,15 @@ extension ByteWriter {
         appendVarint(UInt64(id))
         append(1)
         append(original)
+        append(current)
+    }
+
+    /// Appends a conflict entry: the server's value, then the current value.
+    @inline(__always)
+    mutating func appendConflictEntry(_ id: Int, server: UnsafeRawBufferPointer, current: UnsafeRawBufferPointer) {
+        appendVarint(UInt64(id))
+        append(2)
+        append(server)
         append(current)
     }
 }
@@ -132,8 +160,8 @@ struct OperationHeader {
     init(_ record: UnsafeRawBufferPointer) throws(StrataError) {
         var r = ByteReader(record)
         format = try r.byte()
-        guard format == RecordFormat.operationFormat else {
-            throw StrataError(.formatVersion, "an operation has format \(format); this version of Strata reads format \(RecordFormat.operationFormat)")
+        guard format >= RecordFormat.oldestOperationFormat, format <= RecordFormat.operationFormat else {
+            throw StrataError(.formatVersion, "an operation has format \(format); this version of Strata reads formats \(RecordFormat.oldestOperationFormat) to \(RecordFormat.operationFormat)")
         }
         kind = try r.byte()
         origin = try r.byte()
@@ -196,8 +224,8 @@ enum RowFold {
                 guard e.id > lastID else { throw a.corrupt("operation fields out of order") }
                 lastID = e.id
                 if let f = y, f.id == e.id { y = try b.nextEntry() }
-                // A clean null entry removes the field.
-                let isNull = !e.isDirty && op[e.current.lowerBound] == ValueTag.null
+                // A clean null entry removes the field (a conflict entry stays: it marks the field).
+                let isNull = !e.isDirty && !e.isConflict && op[e.current.lowerBound] == ValueTag.null
                 if !isNull {
                     out.append(UnsafeRawBufferPointer(rebasing: op[e.whole]))
                     if e.isDirty { dirty += 1 }

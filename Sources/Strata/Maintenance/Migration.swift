@@ -8,6 +8,7 @@ import LMDB
 /// | from | to | change |
 /// |---|---|---|
 /// | 1 | 2 | compaction: the `base` database (rows as of the horizon) and the `horizon` meta key. A format-1 store has neither; an empty `base` and a missing horizon (0) describe it exactly, so nothing is rewritten. |
+/// | 2 | 3 | conflict entries (field state 2, operation format 2): a deferred conflict records its conflicting fields and the server's values for them. Format-2 records are valid format-3 records without conflict entries, so nothing is rewritten; a row a format-2 store left conflicted does not record its fields: ``Row/conflictingFields`` says what format 2 reported (its changed fields), and `SyncClient` takes them from the merge's audit record in the log; the next merge or resolve of the row records them. |
 ///
 /// Operation records keep their own format byte (``RecordFormat``), checked as each is read;
 /// a step that changed the record format would rewrite the log here.
@@ -18,6 +19,10 @@ enum Migration {
             switch v {
             case 1:
                 // `Views.open` created `base` in this transaction; no horizon means 0.
+                break
+            case 2:
+                // Operation format 1 is still read; conflicted rows without conflict entries
+                // are read as format 2 described them (`Row.conflictingFields`).
                 break
             default:
                 throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), which no version of Strata wrote; it cannot be migrated")

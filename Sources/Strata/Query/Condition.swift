@@ -73,7 +73,9 @@ extension Value {
         case (.bool(let x), .bool(let y)): return x == y ? 0 : (x ? 1 : -1)
         case (.int(let x), .int(let y)): return x == y ? 0 : (x < y ? -1 : 1)
         case (.string(let x), .string(let y)):
-            return x == y ? 0 : (Array(x.utf8).lexicographicallyPrecedes(y.utf8) ? -1 : 1)
+            // Bytes, not Swift's `==` (canonical equivalence): "é" and "e" + U+0301 differ here
+            // as they do in the store's keys and indexes.
+            return x.utf8.elementsEqual(y.utf8) ? 0 : (x.utf8.lexicographicallyPrecedes(y.utf8) ? -1 : 1)
         case (.bytes(let x), .bytes(let y)): return x == y ? 0 : (x.lexicographicallyPrecedes(y) ? -1 : 1)
         case (.timestamp(let x), .timestamp(let y)): return x == y ? 0 : (x < y ? -1 : 1)
         default:

@@ -27,9 +27,21 @@ extension Snapshot {
     /// continues from the last row seen, not from an offset, so rows inserted or deleted before
     /// it between two pages neither repeat nor shift the next page.
     ///
-    /// - Complexity: O(n log n) for n rows of the table.
+    /// When the planner walks an index in the query's order (``explain(_:)`` says
+    /// `index … in order`: one ascending sort field, the first field of an index, and no condition
+    /// that picks index ranges) and the query has no limit, a page is a key range of that index:
+    /// it seeks to the token and reads about `size` rows. Otherwise every page builds and sorts
+    /// the whole result (``explain(_:)`` then says `then sort`); declare an index on the sort
+    /// field, or use a named view (``page(view:size:after:)``), for large paged lists.
+    ///
+    /// - Complexity: O(log n + size) along an index; otherwise O(n log n) for n rows of the table.
     public func page(_ query: Query, size: Int, after: PageToken? = nil) throws -> Page {
         precondition(size > 0, "a page holds at least one row")
+        try validate(query)
+        let t = try catalog.table(named: query.table)
+        if query.limit == nil, case .indexOrder(let index) = plan(query, t) {
+            return try indexPage(query, t, index, size: size, after: after)
+        }
         var rows = try sortedMatches(query)
         if let limit = query.limit { rows = Array(rows.prefix(limit)) }
         var start = 0
@@ -44,6 +56,27 @@ extension Snapshot {
         }
         let slice = Array(rows[start..<min(start + size, rows.count)])
         let next = start + size < rows.count ? slice.last.map { PageToken(sortValues: sortValues($0, query), key: $0.key) } : nil
+        return Page(rows: slice, next: next)
+    }
+
+    /// A page read along an index in the query's order: from the run of entries holding the
+    /// token's sort value, until one row more than the page is known (to tell if another follows).
+    private func indexPage(_ query: Query, _ t: TableInfo, _ index: IndexInfo, size: Int, after: PageToken?) throws -> Page {
+        var from: [UInt8]? = nil
+        if let after {
+            guard after.sortValues.count == 1 else {
+                throw StrataError(.invalidOperation, "the page token does not belong to this query (it has \(after.sortValues.count) sort values, the query 1)")
+            }
+            from = IndexKeys.prefix(index, [after.sortValues[0]])
+        }
+        func isAfter(_ row: Row) -> Bool {
+            guard let after else { return true }
+            return Self.compare(query, sortValues(row, query), row.key, after.sortValues, after.key) > 0
+        }
+        let rows = try inIndexOrder(query, t, index, from: from) { result in result.lazy.filter(isAfter).count > size }
+            .filter(isAfter)
+        let slice = Array(rows.prefix(size))
+        let next = rows.count > size ? slice.last.map { PageToken(sortValues: sortValues($0, query), key: $0.key) } : nil
         return Page(rows: slice, next: next)
     }
 
@@ -109,13 +142,17 @@ extension Snapshot {
     }
 
     /// A description of how the query would be run: `index <name> in order`, `index <name>
-    /// ranges` or `scan`.
+    /// ranges (<count>)` or `scan`; the last two followed by `, then sort (…)` when the query
+    /// has a sort order, which is then applied to the whole result (by ``page(_:size:after:)``
+    /// too, for every page).
     public func explain(_ query: Query) throws -> String {
         try validate(query)
+        // A sort the plan does not give is done on the whole result, for every page too.
+        let sort = query.orderBy.isEmpty ? "" : ", then sort (no index gives this order: each page sorts the whole result)"
         switch plan(query, try catalog.table(named: query.table)) {
         case .indexOrder(let i): return "index \(i.name) in order"
-        case .indexRanges(let i, let r): return "index \(i.name) ranges (\(r.count))"
-        case .scan: return "scan"
+        case .indexRanges(let i, let r): return "index \(i.name) ranges (\(r.count))" + sort
+        case .scan: return "scan" + sort
         }
     }
 
@@ -220,7 +257,10 @@ extension Snapshot {
 
     /// Walks an index in order. Entries with equal indexed prefixes (equal values, or long
     /// values cut to the same prefix) form a run, re-sorted by the query's full order.
-    func inIndexOrder(_ query: Query, _ t: TableInfo, _ index: IndexInfo) throws -> [Row] {
+    ///
+    /// `from` starts the walk at the first entry at or after it (an index prefix, so at the
+    /// start of a run); `enough` ends it after a run, when the rows so far suffice.
+    func inIndexOrder(_ query: Query, _ t: TableInfo, _ index: IndexInfo, from: [UInt8]? = nil, enough: (([Row]) -> Bool)? = nil) throws -> [Row] {
         var result: [Row] = []
         var run: [Row] = []
         var runValues: [UInt8] = []
@@ -231,7 +271,7 @@ extension Snapshot {
         var prefix = ByteWriter(capacity: 4)
         prefix.appendBigEndian(index.id)
         try txn.scan(views.index) { c in
-            var e = try c.seek(atLeast: prefix.bytes)
+            var e = try c.seek(atLeast: from ?? prefix.bytes)
             while let entry = e, entry.key.starts(with: prefix.bytes) {
                 let split = try rowKeyStart(entry.key, index)
                 // A run is cut on the sort field (the index's first) alone: rows equal in it are
@@ -242,6 +282,7 @@ extension Snapshot {
                 if values != runValues {
                     closeRun()
                     if let limit = query.limit, result.count >= limit { return }
+                    if let enough, enough(result) { return }
                     runValues = values
                 }
                 var w = ByteWriter(capacity: 32)
@@ -266,5 +307,41 @@ extension Snapshot {
     /// - Complexity: O(log n) with an index on `field`, O(n) without.
     public func row(_ table: String, where field: String, equals value: Value) throws -> Row? {
         try rows(Query(table, where: .equals(field, value), limit: 1)).first
+    }
+}
+
+extension Snapshot {
+    /// The row whose primary key is `id`, or else the row a unique index finds under `id` — one
+    /// lookup for an item known by its key or by an alternate id (a client-generated id beside
+    /// the server's key, say). The primary key is tried first, then each unique index with as
+    /// many fields as `id` has values, in the order the indexes were created. A value whose type
+    /// does not fit a key or an index (a string for an int key) simply does not match there.
+    ///
+    /// Returns `nil` when nothing matches; rows deleted locally are not found.
+    ///
+    /// - Throws: ``StrataError`` `tableNotFound`.
+    /// - Complexity: O(u log n) for u unique indexes.
+    public func row(_ table: String, keyOrAlternateID id: RowKey) throws -> Row? {
+        let t = try catalog.table(named: table)
+        // Each value converted to a field's type, or nil when it cannot be of that type.
+        func fit(_ values: [Value], _ fieldIDs: [Int]) -> [Value]? {
+            guard values.count == fieldIDs.count else { return nil }
+            var out: [Value] = []
+            for (v, fid) in zip(values, fieldIDs) {
+                guard !v.isNull, let def = t.definitions[fid], let typed = try? t.coerce(v, def) else { return nil }
+                out.append(typed)
+            }
+            return out
+        }
+        if let key = fit(id.values, t.keyFieldIDs), let row = try row(table, key: RowKey(key)) {
+            return row
+        }
+        for index in t.indexes where index.unique {
+            guard let values = fit(id.values, index.fieldIDs) else { continue }
+            let conditions = zip(index.fieldIDs, values).map { Condition.equals(t.fieldNames[$0], $1) }
+            let query = Query(table, where: conditions.count == 1 ? conditions[0] : .and(conditions), limit: 1)
+            if let row = try rows(query).first { return row }
+        }
+        return nil
     }
 }

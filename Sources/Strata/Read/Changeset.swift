@@ -12,17 +12,20 @@ import LMDB
 ///
 /// Format (varints are LEB128, values in Strata's value encoding):
 ///
-///     "STCS" u8 version(2)
+///     "STCS" u8 version(3)
 ///     value table name, varint key field count,
 ///     varint field name count, value name…          (index = field id)
 ///     per row: u8 kind (1 insert, 2 update, 3 delete; +0x80 conflicted),
 ///              varint key length, key (order-preserving key encoding),
 ///              varint entries length, field entries as the `rows` view stores them:
-///                  varint field id, u8 state, then state 0: value · state 1: original, current
+///                  varint field id, u8 state, then state 0: value · state 1: original, current ·
+///                  state 2 (a field in conflict, rows of a conflicted row only): the server's
+///                  value, current
 ///              insert: every field, its value the current one · update: the changed fields ·
 ///              delete: every field, its value the original (the server's) one
 ///
-/// Version 1 (one value per field instead of stored entries) was never released; it is refused.
+/// Version 2 is version 3 without state-2 entries; it is still read. Version 1 (one value per
+/// field instead of stored entries) was never released; it is refused.
 public struct Changeset: Sendable, Hashable {
     /// The encoded changeset.
     public let bytes: [UInt8]
@@ -46,7 +49,7 @@ public struct Changeset: Sendable, Hashable {
     }
 
     static let magic: [UInt8] = Array("STCS".utf8)
-    static let version: UInt8 = 2
+    static let version: UInt8 = 3
 
     /// Wraps an encoded changeset, checking its header.
     ///
@@ -76,8 +79,8 @@ public struct Changeset: Sendable, Hashable {
             }
             var r = ByteReader(b, offset: Self.magic.count)
             let version = try Self.malformed { () throws(StrataError) in try r.byte() }
-            guard version == Self.version else {
-                throw StrataError(.formatVersion, "the changeset has format \(version); this version of Strata reads format \(Self.version)")
+            guard version == 2 || version == Self.version else {
+                throw StrataError(.formatVersion, "the changeset has format \(version); this version of Strata reads formats 2 and \(Self.version)")
             }
             return try Self.malformed { () throws(StrataError) -> Header in
                 guard case .string(let table) = try r.value() else { throw r.corrupt("a changeset's table name is not text") }

@@ -56,6 +56,7 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
         }
         return low < ids.count && ids[low] == id ? low : nil
     }
+    let conflictMarks: [Bool]
 
     /// Whether the row has changes the server has not acknowledged.
     public var isPending: Bool { status != .unchanged || isConflicted }
@@ -89,6 +90,31 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
         fieldNames.indices.filter { currents[$0] != originals[$0] }.map { fieldNames[$0] }
     }
 
+    /// The fields a merge left in conflict (see ``isConflicted``), in field order: changed by the
+    /// server and by this device to different values. Their ``original(_:)`` is the server's
+    /// value (`null` for a row the server deleted, which is then ``Status/inserted`` here).
+    ///
+    /// A field stays listed through local edits until the conflict is resolved. A row left
+    /// conflicted by a store of format 2, which did not record the fields, lists what that
+    /// format reported: its changed fields, or every field holding a value for a row inserted or
+    /// deleted here.
+    public var conflictingFields: [String] {
+        guard isConflicted else { return [] }
+        if recordsConflictingFields { return fieldNames.indices.filter { conflictMarks[$0] }.map { fieldNames[$0] } }
+        let key = Set(keyFieldNames)
+        switch status {
+        case .inserted, .deleted:
+            return fieldNames.indices.filter { !key.contains(fieldNames[$0]) && !currents[$0].isNull }.map { fieldNames[$0] }
+        case .updated, .unchanged:
+            return changedFields
+        }
+    }
+
+    /// Whether the row records which of its fields are in conflict: true for every conflicted
+    /// row but one a store of format 2 left conflicted (``conflictingFields`` then says what
+    /// format 2 reported; sync code may know better from the merge's audit record).
+    public var recordsConflictingFields: Bool { conflictMarks.contains(true) }
+
     /// The current values by field name (null fields included for fixed tables).
     public var values: [String: Value] {
         Dictionary(uniqueKeysWithValues: zip(fieldNames, currents))
@@ -116,6 +142,7 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
         // Per field id: current and original, nil when the record has no entry.
         var currents = [Value?](repeating: nil, count: t.fieldNames.count)
         var originals = currents
+        var marks = [Bool](repeating: false, count: t.fieldNames.count)
         var anyDirty = false
         var r = ByteReader(record, offset: h.entriesStart)
         while let e = try r.nextEntry() {
@@ -123,6 +150,7 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
             currents[e.id] = try Value(decoding: UnsafeRawBufferPointer(rebasing: record[e.current]))
             originals[e.id] = e.isDirty ? try Value(decoding: UnsafeRawBufferPointer(rebasing: record[e.original])) : currents[e.id]
             anyDirty = anyDirty || e.isDirty
+            marks[e.id] = e.isConflict
         }
         for (i, id) in t.keyFieldIDs.enumerated() {
             currents[id] = key.values[i]
@@ -132,9 +160,11 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
         var ids: [Int] = []
         var cur: [Value] = []
         var orig: [Value] = []
+        var conflictMarks: [Bool] = []
         for id in t.fieldNames.indices where !t.dropped.contains(id) && (!t.isPropertyBag || t.definitions[id] != nil || currents[id] != nil) {
             names.append(t.fieldNames[id])
             ids.append(id)
+            conflictMarks.append(marks[id])
             cur.append(currents[id] ?? .null)
             orig.append(inserted ? .null : (originals[id] ?? .null))
         }
@@ -147,6 +177,7 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
         self.keyFieldNames = t.schema.primaryKey
         self.currents = cur
         self.originals = orig
+        self.conflictMarks = conflictMarks
         self.tableFieldIDs = t.fieldIDs
         self.ids = ids
     }

@@ -3,18 +3,25 @@ public struct FieldDefinition: Codable, Sendable, Hashable {
     /// The field's name, unique in its table.
     public var name: String
     /// The type every non-null value of the field has.
-    public var type: ValueType
+    public var type: ValueType { didSet { defaultValue = Self.converted(defaultValue, type) } }
     /// Whether the field may hold `null`. Primary key fields never may.
     public var isNullable: Bool
     /// The value an insert stores when the field is not given; `nil` means the insert must give
-    /// it (unless the field is nullable, when it stays `null`).
-    public var defaultValue: Value?
+    /// it (unless the field is nullable, when it stays `null`). An int given for a double field
+    /// is stored as a double, as edits and merges convert it: `.double("balance", default: 0)`.
+    public var defaultValue: Value? { didSet { if let d = defaultValue, case .int = d { defaultValue = Self.converted(d, type) } } }
 
     public init(_ name: String, _ type: ValueType, nullable: Bool = false, default defaultValue: Value? = nil) {
         self.name = name
         self.type = type
         self.isNullable = nullable
-        self.defaultValue = defaultValue
+        self.defaultValue = Self.converted(defaultValue, type)
+    }
+
+    /// An int default of a double field as a double; any other value as it is.
+    private static func converted(_ value: Value?, _ type: ValueType) -> Value? {
+        if case .int(let i)? = value, type == .double { return .double(Double(i)) }
+        return value
     }
 
     public static func bool(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .bool, nullable: nullable, default: d) }

@@ -12,8 +12,10 @@ public enum ValueType: String, Sendable, Codable, CaseIterable, CustomStringConv
 /// Literals work where a `Value` is expected: `nil`, `true`, `42`, `2.5`, `"text"`.
 ///
 /// Two values are equal when they have the same type and the same stored bits: `.int(1)` is not
-/// `.double(1)`, `0.0` is not `-0.0`, and a NaN equals the same NaN. This is the equality the store
-/// uses to decide whether a field changed, so it matches the binary encoding exactly.
+/// `.double(1)`, `0.0` is not `-0.0`, and strings are equal when their UTF-8 bytes are (no Unicode
+/// normalisation: "é" and "e" + U+0301 differ, as keys and as values). This is the equality the
+/// store uses to decide whether a field changed, so it matches the binary encoding exactly.
+/// (NaN and infinite doubles never enter a store: edits and merges refuse them.)
 ///
 /// Because `nil` is a `Value` literal, `fields[name] = isEmpty ? nil : value` on a
 /// `[String: Value]` stores `.null` rather than removing the key: the conditional's type is
@@ -63,7 +65,9 @@ public enum Value: Sendable, Hashable {
         case (.bool(let a), .bool(let b)): a == b
         case (.int(let a), .int(let b)): a == b
         case (.double(let a), .double(let b)): a.bitPattern == b.bitPattern
-        case (.string(let a), .string(let b)): a == b
+        // Byte for byte, as the store compares its encodings: "é" and "e" + U+0301 are two
+        // values (and two keys), though Swift's `==` on strings calls them equal.
+        case (.string(let a), .string(let b)): a.utf8.elementsEqual(b.utf8)
         case (.bytes(let a), .bytes(let b)): a == b
         case (.timestamp(let a), .timestamp(let b)):
             a.timeIntervalSince1970.bitPattern == b.timeIntervalSince1970.bitPattern
@@ -77,7 +81,11 @@ public enum Value: Sendable, Hashable {
         case .bool(let b): hasher.combine(1); hasher.combine(b)
         case .int(let i): hasher.combine(2); hasher.combine(i)
         case .double(let d): hasher.combine(3); hasher.combine(d.bitPattern)
-        case .string(let s): hasher.combine(4); hasher.combine(s)
+        case .string(let s):
+            hasher.combine(4)
+            // The UTF-8 bytes, consistent with `==` (a String hashes by canonical equivalence).
+            hasher.combine(s.utf8.count)
+            for b in s.utf8 { hasher.combine(b) }
         case .bytes(let b): hasher.combine(5); hasher.combine(b)
         case .timestamp(let d): hasher.combine(6); hasher.combine(d.timeIntervalSince1970.bitPattern)
         }

@@ -32,6 +32,11 @@ struct NewValue {
 /// field is compared with the server's value, so the server later receives an update, not a
 /// delete followed by an insert.
 ///
+/// A field a merge left in conflict (a conflict entry, see `Records.swift`) keeps its mark and
+/// its server value through every edit above: the edit changes its current value only, so the
+/// app still sees, and resolves, the conflict. Reverting the row is the exception: it drops the
+/// conflict with the local changes, as ``SyncClient``'s `.server` choice would.
+///
 /// Every function appends the operation's field entries (in field-id order) to `op` and returns
 /// the row's flags after the operation. Values are compared as canonical encodings, byte for byte.
 enum EditRules {
@@ -69,17 +74,20 @@ enum EditRules {
             let newValue: UnsafeRawBufferPointer
             let id: Int
             var storedDirty = false
+            var inConflict = false
             if let x = e, i == new.count || x.id < new[i].id {
                 id = x.id
                 serverValue = UnsafeRawBufferPointer(rebasing: old[x.original])
                 newValue = null
                 storedDirty = x.isDirty
+                inConflict = x.isConflict
                 e = try r.nextEntry()
             } else if let x = e, x.id == new[i].id {
                 id = x.id
                 serverValue = UnsafeRawBufferPointer(rebasing: old[x.original])
                 newValue = UnsafeRawBufferPointer(rebasing: values[new[i].range])
                 storedDirty = x.isDirty
+                inConflict = x.isConflict
                 e = try r.nextEntry()
                 i += 1
             } else {
@@ -88,7 +96,9 @@ enum EditRules {
                 newValue = UnsafeRawBufferPointer(rebasing: values[new[i].range])
                 i += 1
             }
-            if same(serverValue, newValue) {
+            if inConflict {
+                op.appendConflictEntry(id, server: serverValue, current: newValue)
+            } else if same(serverValue, newValue) {
                 if storedDirty { op.appendCleanEntry(id, newValue) }
             } else {
                 op.appendDirtyEntry(id, original: serverValue, current: newValue)
@@ -108,12 +118,16 @@ enum EditRules {
             let v = UnsafeRawBufferPointer(rebasing: values[n.range])
             var current = null
             var original = null
+            var inConflict = false
             if let x = e, x.id == n.id {
                 current = UnsafeRawBufferPointer(rebasing: old[x.current])
                 original = UnsafeRawBufferPointer(rebasing: old[x.original])
+                inConflict = x.isConflict
             }
             if same(v, current) { continue }
-            if inserted || same(v, original) {
+            if inConflict {
+                op.appendConflictEntry(n.id, server: original, current: v)
+            } else if inserted || same(v, original) {
                 op.appendCleanEntry(n.id, v)
             } else {
                 op.appendDirtyEntry(n.id, original: original, current: v)
@@ -136,7 +150,8 @@ enum EditRules {
         var r = ByteReader(old, offset: h.entriesStart)
         while let x = try r.nextEntry(), x.id <= field {
             if x.id == field && x.isDirty {
-                op.appendCleanEntry(x.id, UnsafeRawBufferPointer(rebasing: old[x.original]))
+                let o = UnsafeRawBufferPointer(rebasing: old[x.original])
+                if x.isConflict { op.appendConflictEntry(x.id, server: o, current: o) } else { op.appendCleanEntry(x.id, o) }
             }
         }
         return h.flags
@@ -146,7 +161,7 @@ enum EditRules {
     static func revertRow(old: UnsafeRawBufferPointer, into op: inout ByteWriter) throws(StrataError) -> RowFlags {
         let h = try RowHeader(old)
         if h.flags.contains(.inserted) { return [.gone] }
-        try revertDirtyFields(old, from: h.entriesStart, into: &op)
+        try revertDirtyFields(old, from: h.entriesStart, into: &op, keepingConflicts: false)
         return h.flags.subtracting([.deleted, .conflicted])
     }
 
@@ -157,15 +172,24 @@ enum EditRules {
         if h.flags.contains(.deleted) { return [.gone] }
         var r = ByteReader(old, offset: h.entriesStart)
         while let x = try r.nextEntry() {
-            if x.isDirty { op.appendCleanEntry(x.id, UnsafeRawBufferPointer(rebasing: old[x.current])) }
+            guard x.isDirty else { continue }
+            let c = UnsafeRawBufferPointer(rebasing: old[x.current])
+            if x.isConflict { op.appendConflictEntry(x.id, server: c, current: c) } else { op.appendCleanEntry(x.id, c) }
         }
         return h.flags.subtracting(.inserted)
     }
 
-    private static func revertDirtyFields(_ old: UnsafeRawBufferPointer, from start: Int, into op: inout ByteWriter) throws(StrataError) {
+    /// Returns every dirty field to its original. Fields in conflict keep their mark, unless
+    /// `keepingConflicts` is false: then every conflict entry becomes a clean one.
+    private static func revertDirtyFields(_ old: UnsafeRawBufferPointer, from start: Int, into op: inout ByteWriter, keepingConflicts: Bool = true) throws(StrataError) {
         var r = ByteReader(old, offset: start)
         while let x = try r.nextEntry() {
-            if x.isDirty { op.appendCleanEntry(x.id, UnsafeRawBufferPointer(rebasing: old[x.original])) }
+            let o = UnsafeRawBufferPointer(rebasing: old[x.original])
+            if x.isConflict && keepingConflicts {
+                if x.isDirty { op.appendConflictEntry(x.id, server: o, current: o) }
+            } else if x.isDirty || x.isConflict {
+                op.appendCleanEntry(x.id, o)
+            }
         }
     }
 }

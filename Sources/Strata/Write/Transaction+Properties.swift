@@ -1,3 +1,4 @@
+import Foundation
 import LMDB
 
 extension Transaction {
@@ -5,7 +6,15 @@ extension Transaction {
     /// rolls back with the edits. Sync code keeps its anchor here; apps may keep a data version.
     ///
     /// Properties are metadata, not rows: they are not logged and not part of the views.
+    ///
+    /// - Throws: ``StrataError`` `invalidValue` for a NaN or infinite double or timestamp.
     public func setProperty(_ name: String, _ value: Value?) throws {
+        if let value, case .double(let d) = value, !d.isFinite {
+            throw StrataError(.invalidValue, "property '\(name)' cannot hold \(d): Strata stores only finite numbers and times")
+        }
+        if let value, case .timestamp(let t) = value, !t.timeIntervalSince1970.isFinite {
+            throw StrataError(.invalidValue, "property '\(name)' cannot hold a timestamp of \(t.timeIntervalSince1970) seconds: Strata stores only finite numbers and times")
+        }
         let key = Array(("p:" + name).utf8)
         try lmdb { () throws(LMDBError) in
             if let value {
@@ -27,5 +36,23 @@ extension Snapshot {
     public func property(_ name: String) throws -> Value? {
         guard let bytes = try txn.meta("p:" + name, in: views) else { return nil }
         return try Value(decoding: bytes)
+    }
+}
+
+extension Snapshot {
+    /// Every named property of the store (see ``Transaction/setProperty(_:_:)``).
+    ///
+    /// - Complexity: O(p) for p properties.
+    public func properties() throws -> [String: Value] {
+        var out: [String: Value] = [:]
+        let prefix = Array("p:".utf8)
+        try txn.scan(views.meta) { c in
+            var e = try c.seek(atLeast: prefix)
+            while let entry = e, entry.key.starts(with: prefix) {
+                out[String(decoding: entry.key.dropFirst(prefix.count), as: UTF8.self)] = try Value(decoding: entry.value)
+                e = try c.next()
+            }
+        }
+        return out
     }
 }

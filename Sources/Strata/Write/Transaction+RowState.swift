@@ -5,11 +5,16 @@ import LMDB
 public struct RowState: Sendable, Hashable {
     /// A field's original (server-confirmed) and current value.
     public struct Field: Sendable, Hashable {
+        /// The value the server last confirmed; for a field in conflict, the server's value.
         public var original: Value
         public var current: Value
-        public init(original: Value, current: Value) {
+        /// Whether a merge left this field in conflict (see ``Row/conflictingFields``). Only a
+        /// conflicted row has such fields; a field in conflict is kept even when both values are null.
+        public var isInConflict: Bool
+        public init(original: Value, current: Value, isInConflict: Bool = false) {
             self.original = original
             self.current = current
+            self.isInConflict = isInConflict
         }
         /// A field the server and the device agree on.
         public static func clean(_ value: Value) -> Field { Field(original: value, current: value) }
@@ -35,15 +40,29 @@ public struct RowState: Sendable, Hashable {
     public init(_ row: Row) {
         var fields: [String: Field] = [:]
         let key = Set(row.keyFieldNames)
+        let conflicting = Set(row.conflictingFields)
         for name in row.fieldNames where !key.contains(name) {
-            let f = Field(original: row.original(name), current: row[name])
-            if !(f.original.isNull && f.current.isNull) { fields[name] = f }
+            let f = Field(original: row.original(name), current: row[name], isInConflict: conflicting.contains(name))
+            if f.isInConflict || !(f.original.isNull && f.current.isNull) { fields[name] = f }
         }
         self.init(fields: fields, isInserted: row.status == .inserted, isDeleted: row.status == .deleted, isConflicted: row.isConflicted)
     }
 
     /// The current value of `field`.
     public subscript(field: String) -> Value { fields[field]?.current ?? .null }
+
+    /// The fields in conflict, sorted.
+    public var conflictingFields: [String] { fields.filter(\.value.isInConflict).keys.sorted() }
+
+    /// Drops every field's conflict mark and the row's conflict flag; fields left null on both
+    /// sides are dropped.
+    public mutating func clearConflict() {
+        isConflicted = false
+        for (f, field) in fields where field.isInConflict {
+            fields[f]!.isInConflict = false
+            if field.original.isNull && field.current.isNull { fields[f] = nil }
+        }
+    }
 }
 
 extension Transaction {
@@ -76,15 +95,16 @@ extension Transaction {
                     tableChanged = true
                 }
                 guard !t.isKeyField(id!) else { continue }
-                var current = f.current
-                var original = f.original
-                if let def = t.definitions[id!] {
-                    current = try t.coerce(current, def)
-                    if !original.isNull { original = try t.coerce(original, FieldDefinition(def.name, def.type, nullable: true)) }
-                }
+                // The one validation of values entering the store (`TableInfo.admit`). Originals
+                // may be null (a field the server has no value for).
+                let current = try t.admit(f.current, field: id, name: name)
+                let original = try t.admit(f.original, field: id, name: name, nullable: true)
                 var w = ByteWriter(capacity: 32)
                 w.appendVarint(UInt64(id!))
-                if state.isInserted || original == current {
+                if f.isInConflict {
+                    w.append(2)
+                    w.appendValue(original)
+                } else if state.isInserted || original == current {
                     if current.isNull { continue }
                     w.append(0)
                 } else {
@@ -95,6 +115,14 @@ extension Transaction {
                 wanted.append((id!, w.bytes))
             }
             wanted.sort { $0.id < $1.id }
+            // A field left out is null: a required field must hold a value, whatever brings the
+            // state (a merge, a reset, an import).
+            for (fid, def) in t.definitions.enumerated() {
+                guard let def, !def.isNullable, !t.isKeyField(fid), !t.dropped.contains(fid) else { continue }
+                if state.fields[def.name].map({ $0.current.isNull }) ?? true {
+                    throw StrataError(.nullNotAllowed, "row \(key) of table '\(t.name)' would have no value for the required field '\(def.name)' (not nullable)")
+                }
+            }
         }
         var flags: RowFlags = []
         if let state {

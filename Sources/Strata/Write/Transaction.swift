@@ -298,9 +298,9 @@ public final class Transaction {
         for (name, value) in values {
             guard let id = t.fieldIDs[name] else { return .needsMerge }
             if t.isKeyField(id) { continue }
-            // `null` clears the field whatever its definition, as a merged state does: the
-            // server's word on its own rows is final.
-            let v = value.isNull ? value : try t.definitions[id].map { (d) throws(StrataError) in try t.coerce(value, d) } ?? value
+            // The same check as every value entering the store: a null for a field that is not
+            // nullable is refused here as in an edit.
+            let v = try t.admit(value, field: id, name: name)
             let start = valBuf.count
             valBuf.appendValue(v)
             newValues.append(NewValue(id: id, range: start..<valBuf.count))
@@ -561,7 +561,7 @@ public final class Transaction {
                 }
                 continue
             }
-            let v = try t.definitions[fid].map { (d) throws(StrataError) in try t.coerce(value, d) } ?? value
+            let v = try t.admit(value, field: fid, name: name)
             guard !newValues.contains(where: { $0.id == fid }) else {
                 throw StrataError(.invalidOperation, "field '\(name)' is given twice")
             }

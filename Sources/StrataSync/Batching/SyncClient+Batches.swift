@@ -44,7 +44,7 @@ extension SyncClient {
         try nextBatch(maxRows: maxRows, maxBytes: maxBytes, excluding: [])
     }
 
-    func nextBatch(maxRows: Int, maxBytes: Int, excluding: Set<String>) throws -> Batch? {
+    func nextBatch(maxRows: Int, maxBytes: Int, excluding: Set<RowID>) throws -> Batch? {
         precondition(maxRows > 0 && maxBytes > 0, "a batch needs room for at least one row")
         return try store.write { tx in
             if let inFlight = try Self.inFlight(tx) { return inFlight }
@@ -96,7 +96,7 @@ extension SyncClient {
 
     /// The change of every pending row that may go up — not conflicted, not set aside, not in
     /// `excluding` — coalesced and ordered by the batching rules.
-    private func uploadOrder(_ snap: Snapshot, excluding: Set<String>) throws -> [RowChange] {
+    private func uploadOrder(_ snap: Snapshot, excluding: Set<RowID>) throws -> [RowChange] {
         let rejected = Set(try Self.rejected(snap).map { Self.rowID($0.table, $0.key) })
         var changes: [RowChange] = []
         for row in try snap.pendingRows() where !row.isConflicted {
@@ -201,7 +201,7 @@ extension SyncClient {
     /// One result per change, in the batch's order; anything else is a malformed ack.
     static func match(_ ack: BatchAck, to batch: Batch) throws -> [RowResult] {
         func bad(_ why: String) -> StrataError { StrataError(.invalidOperation, "the acknowledgement of batch '\(batch.id)' \(why); nothing was applied") }
-        var byRow: [String: RowResult] = [:]
+        var byRow: [RowID: RowResult] = [:]
         for r in ack.results {
             let id = rowID(r.table, r.key)
             guard byRow.updateValue(r, forKey: id) == nil else { throw bad("answers row \(r.table) \(r.key) twice") }
@@ -288,7 +288,14 @@ extension SyncClient {
 
     // MARK: Stored state
 
-    static func rowID(_ table: String, _ key: RowKey) -> String { "\(table)\u{0}\(key)" }
+    /// A row's identity in sets and maps: its table and its key, compared byte for byte (a
+    /// string built from them would compare by Unicode canonical equivalence).
+    struct RowID: Hashable {
+        let table: String
+        let key: RowKey
+    }
+
+    static func rowID(_ table: String, _ key: RowKey) -> RowID { RowID(table: table, key: key) }
 
     static func inFlight(_ tx: Transaction) throws -> Batch? {
         guard let b = try tx.property(inFlightProperty)?.bytesValue else { return nil }

@@ -122,6 +122,9 @@ enum MergeRules {
                 for (f, v) in m { recreated.fields[f] = .clean(v) }
                 out.state = recreated
             case .deferred:
+                // The fields the device changed are in conflict with a server that has no row:
+                // their server value is null.
+                for f in dirty { recreated.fields[f] = RowState.Field(original: .null, current: local[f], isInConflict: true) }
                 recreated.isConflicted = true
                 out.state = recreated
             }
@@ -155,6 +158,9 @@ enum MergeRules {
         let names = values.keys.sorted()
         state.isInserted = false
         if insertInsert {
+            // A row the server deleted in a deferred conflict is an insert here; the server now
+            // has it again, so that conflict is over: this merge decides the row afresh.
+            state.clearConflict()
             for (f, field) in local.fields where values[f] == nil {
                 state.fields[f] = RowState.Field(original: .null, current: field.current)
             }
@@ -179,6 +185,7 @@ enum MergeRules {
                     out.decisions.append(FieldDecision(field: f, base: b, local: l, server: s, outcome: .takeServer))
                 }
             } else if s == b {
+                // The server did not change the field: it stays as it is, in conflict if it was.
                 out.decisions.append(FieldDecision(field: f, base: b, local: l, server: s, outcome: .keepLocal))
             } else if s == l {
                 state.fields[f] = .clean(s)
@@ -204,17 +211,20 @@ enum MergeRules {
                 let l = local[f]
                 switch resolution {
                 case .server: state.fields[f] = .clean(s)
-                case .local, .deferred: state.fields[f] = RowState.Field(original: s, current: l)
+                case .local: state.fields[f] = RowState.Field(original: s, current: l)
+                case .deferred: state.fields[f] = RowState.Field(original: s, current: l, isInConflict: true)
                 case .merged(let m): state.fields[f] = RowState.Field(original: s, current: m[f] ?? s)
                 }
                 out.decisions.append(FieldDecision(field: f, base: insertInsert ? nil : (local.fields[f]?.original ?? .null), local: l, server: s, outcome: outcome))
             }
-            if case .deferred = resolution { state.isConflicted = true }
         }
-        state.fields = state.fields.filter { !($0.value.original.isNull && $0.value.current.isNull) }
-        // A conflict flag with nothing left to resolve would hold the row back for nothing.
+        state.fields = state.fields.filter { $0.value.isInConflict || !($0.value.original.isNull && $0.value.current.isNull) }
+        // The row is conflicted exactly while a field is in conflict (fields this merge decided
+        // lost their mark above; fields it did not touch keep theirs).
+        state.isConflicted = state.fields.values.contains(where: \.isInConflict)
+        // A conflict with nothing left to resolve would hold the row back for nothing.
         if state.isConflicted && state.fields.values.allSatisfy({ $0.original == $0.current }) {
-            state.isConflicted = false
+            state.clearConflict()
         }
         out.state = state
         return out
@@ -238,17 +248,25 @@ enum MergeRules {
         let resolution = resolve(conflict, policy)
         var out = MergeOutcome(state: nil, conflict: conflict, resolution: resolution)
         var state = RowState(fields: server.mapValues(RowState.Field.clean), isConflicted: local.isConflicted)
+        // Fields of an earlier conflict on this deleted row, which stay in conflict unless this
+        // merge settles the row.
+        let earlier = Set(local.conflictingFields)
+        func mark(_ names: some Sequence<String>) {
+            for f in names { state.fields[f] = RowState.Field(original: server[f] ?? .null, current: server[f] ?? .null, isInConflict: true) }
+        }
         switch resolution {
         case .server:
             state.isConflicted = false
         case .local:
             state.isDeleted = true
+            if state.isConflicted { mark(earlier) }
         case .merged(let m):
             for (f, v) in m { state.fields[f] = RowState.Field(original: server[f] ?? .null, current: v) }
             state.isConflicted = false
         case .deferred:
             state.isDeleted = true
             state.isConflicted = true
+            mark(earlier.union(changed))
         }
         out.state = state
         let outcome = outcomeFor(resolution)

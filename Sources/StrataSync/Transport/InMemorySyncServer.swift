@@ -6,6 +6,11 @@ import Synchronization
 /// serves deltas since an anchor, and applies batches with optimistic concurrency (an update or
 /// delete must name the values the server holds; an insert needs a free key). It answers a batch
 /// id it has seen before with the same acknowledgement, so a retried upload is never applied twice.
+///
+/// It can also ask for a client reset, as a real server does: ``forget(client:)`` forgets a
+/// client (reached through ``client(_:)``), and ``expireChanges(through:)`` drops old changes so
+/// that an anchor before them is too old. Both make `pull`/`push` throw ``ResetRequired``; a full
+/// pull (`since: nil`, a snapshot of every row) is always answered.
 public final class InMemorySyncServer: SyncTransport {
     struct State {
         var rows: [String: [RowKey: [String: Value]]] = [:]
@@ -14,6 +19,9 @@ public final class InMemorySyncServer: SyncTransport {
         var version = 0
         var acks: [String: BatchAck] = [:]
         var applied: [String] = []
+        /// Changes up to this version were dropped: an anchor before it cannot be served.
+        var expiredThrough = 0
+        var forgotten: Set<String> = []
     }
     private let state = Mutex(State())
     /// The key fields of each table, by table name (`["id"]` when not listed).
@@ -47,12 +55,74 @@ public final class InMemorySyncServer: SyncTransport {
         }
     }
 
-    public func pull(since anchor: String?) async throws -> ServerDelta {
+    /// Forgets a client: its next incremental pull or push through ``client(_:)`` throws
+    /// ``ResetRequired`` with reason `unknownClient`, until it pulls a full snapshot.
+    public func forget(client id: String) {
+        state.withLock { _ = $0.forgotten.insert(id) }
+    }
+
+    /// Drops the changes up to and including `version` (every change so far when `nil`), as a
+    /// server that keeps changes for a limited time: a pull from an older anchor throws
+    /// ``ResetRequired`` with reason `anchorExpired`.
+    public func expireChanges(through version: Int? = nil) {
         state.withLock { s in
-            let since = anchor.flatMap(Int.init) ?? 0
+            let v = min(version ?? s.version, s.version)
+            s.expiredThrough = max(s.expiredThrough, v)
+            s.log.removeAll { $0.version <= s.expiredThrough }
+        }
+    }
+
+    /// This server as one client sees it: the same data, but the client can be forgotten.
+    public func client(_ id: String) -> Client { Client(server: self, id: id) }
+
+    /// A transport to an ``InMemorySyncServer`` for one client id (see ``InMemorySyncServer/forget(client:)``).
+    public struct Client: SyncTransport {
+        public let server: InMemorySyncServer
+        public let id: String
+
+        public func pull(since anchor: String?) async throws -> ServerDelta {
+            try server.state.withLock { s in
+                if anchor == nil {
+                    s.forgotten.remove(id)
+                } else if s.forgotten.contains(id) {
+                    throw ResetRequired(.unknownClient, message: "client '\(id)' is not known here")
+                }
+            }
+            return try await server.pull(since: anchor)
+        }
+
+        public func push(_ batch: Batch) async throws -> BatchAck {
+            if server.state.withLock({ $0.forgotten.contains(id) }) {
+                throw ResetRequired(.unknownClient, message: "client '\(id)' is not known here")
+            }
+            return try await server.push(batch)
+        }
+    }
+
+    /// The changes since `anchor`; for `nil`, a snapshot (``ServerDelta/Mode/snapshot``) of every
+    /// row of every table.
+    ///
+    /// - Throws: ``ResetRequired`` (`anchorExpired`) for an anchor older than the changes kept.
+    public func pull(since anchor: String?) async throws -> ServerDelta {
+        try state.withLock { s in
+            guard let anchor else {
+                var tables: [TableDelta] = []
+                for table in Set(s.rows.keys).union(s.fieldNames.keys).sorted() {
+                    var delta = TableDelta(table)
+                    for (key, row) in (s.rows[table] ?? [:]).sorted(by: { $0.key.description < $1.key.description }) {
+                        delta.upserts.append(ServerRow(full(table, key, row, s), version: "\(s.version)"))
+                    }
+                    tables.append(delta)
+                }
+                return ServerDelta(anchor: "\(s.version)", mode: .snapshot, tables: tables)
+            }
+            let since = Int(anchor) ?? 0
+            if since < s.expiredThrough {
+                throw ResetRequired(.anchorExpired, message: "changes up to \(s.expiredThrough) are no longer kept; the anchor is \(anchor)")
+            }
             var latest: [String: [RowKey]] = [:]
-            var seen = Set<String>()
-            for change in s.log.reversed() where change.version > since && seen.insert("\(change.table)\u{0}\(change.key)").inserted {
+            var seen = Set<SyncClient.RowID>()
+            for change in s.log.reversed() where change.version > since && seen.insert(SyncClient.rowID(change.table, change.key)).inserted {
                 latest[change.table, default: []].append(change.key)
             }
             var tables: [TableDelta] = []
@@ -60,11 +130,7 @@ public final class InMemorySyncServer: SyncTransport {
                 var delta = TableDelta(table)
                 for key in keys.reversed() {
                     if let row = s.rows[table]?[key] {
-                        // A complete row: fields without a value are listed as null.
-                        var full: [String: Value] = [:]
-                        for f in s.fieldNames[table] ?? [] { full[f] = row[f] ?? .null }
-                        for (i, k) in (keyFields[table] ?? ["id"]).enumerated() { full[k] = key.values[i] }
-                        delta.upserts.append(ServerRow(full, version: "\(s.version)"))
+                        delta.upserts.append(ServerRow(full(table, key, row, s), version: "\(s.version)"))
                     } else {
                         delta.deletes.append(key)
                     }
@@ -73,6 +139,14 @@ public final class InMemorySyncServer: SyncTransport {
             }
             return ServerDelta(since: anchor, anchor: "\(s.version)", tables: tables)
         }
+    }
+
+    /// A complete row: fields without a value are listed as null.
+    private func full(_ table: String, _ key: RowKey, _ row: [String: Value], _ s: State) -> [String: Value] {
+        var full: [String: Value] = [:]
+        for f in s.fieldNames[table] ?? [] { full[f] = row[f] ?? .null }
+        for (i, k) in (keyFields[table] ?? ["id"]).enumerated() { full[k] = key.values[i] }
+        return full
     }
 
     public func push(_ batch: Batch) async throws -> BatchAck {

@@ -55,13 +55,41 @@ public struct SyncProgress: Sendable, Hashable {
     public var remaining: [String: Int] { total.mapValues { $0 }.merging(processed) { $0 - $1 } }
 }
 
-/// What a ``SyncClient/sync(with:maxAttempts:backoff:progress:)`` call did.
+/// What ``SyncClient/sync(with:maxAttempts:backoff:maxBatchRows:maxBatchBytes:onReset:progress:)``
+/// does when the transport throws ``ResetRequired``.
+public enum ClientResetPolicy: Sendable, Hashable {
+    /// Pull a full snapshot and reset, re-applying every unsynced local edit on top of it
+    /// (``SyncClient/reset(with:keepLocalChanges:)`` with `keepLocalChanges: true`). The default:
+    /// nothing the user did is lost.
+    case keepLocalChanges
+    /// Pull a full snapshot and reset, discarding unsynced local edits.
+    case discardLocalChanges
+    /// Do not reset: `sync` throws the ``ResetRequired`` error, for the app to decide.
+    case fail
+}
+
+/// A client reset that ``SyncClient/sync(with:maxAttempts:backoff:maxBatchRows:maxBatchBytes:onReset:progress:)`` performed.
+public struct ClientResetReport: Sendable {
+    /// Why the server asked for it.
+    public var reason: ResetRequired.Reason
+    /// The server's message.
+    public var message: String
+    /// Whether unsynced local edits were re-applied (else discarded).
+    public var keptLocalChanges: Bool
+    /// What the reset changed (`rowsApplied`: rows whose state it set).
+    public var merge: MergeReport
+}
+
+/// What a ``SyncClient/sync(with:maxAttempts:backoff:maxBatchRows:maxBatchBytes:onReset:progress:)`` call did.
 public struct SyncReport: Sendable {
     public var merge = MergeReport()
     public var batches = 0
     public var acks: [AckReport] = []
     /// Transport calls that failed and were tried again.
     public var retries = 0
+    /// The client reset this sync performed because the server asked for one, if any. The
+    /// snapshot replaced the pull: ``merge`` is then empty.
+    public var reset: ClientResetReport?
 }
 
 extension SyncClient {
@@ -72,10 +100,26 @@ extension SyncClient {
     /// then the error is thrown. Nothing is lost when it is: a batch stays in flight, and the next
     /// call sends the very same batch first. Rows the server answers with a conflict or a retry
     /// wait for the next call (after the next pull).
+    ///
+    /// **Client reset.** When the transport throws ``ResetRequired`` (the server forgot this
+    /// client, or the stored anchor is older than the changes it keeps), retrying cannot help, so
+    /// it is not retried: `sync` pulls a full snapshot (`pull(since: nil)`), resets the store with
+    /// it by `onReset` (``reset(with:keepLocalChanges:)``; any batch in flight is dropped, its
+    /// rows stay pending), reports it in ``SyncReport/reset``, and goes on to upload. With
+    /// ``ClientResetPolicy/fail`` the error is thrown instead and nothing is changed.
+    ///
+    /// - Parameters:
+    ///   - maxBatchRows: the most rows in one upload batch (default 500).
+    ///   - maxBatchBytes: the most bytes of changes in one upload batch (default 1 MiB); a single
+    ///     larger row still goes, alone.
+    /// - Throws: the transport's error after `maxAttempts`; ``ResetRequired`` with `.fail`, or
+    ///   when the server asks again right after a reset; ``StrataError`` from merging or batching.
     public func sync(
         with transport: some SyncTransport, maxAttempts: Int = 5, backoff: Duration = .milliseconds(50),
+        maxBatchRows: Int = 500, maxBatchBytes: Int = 1 << 20, onReset: ClientResetPolicy = .keepLocalChanges,
         progress: (@Sendable (SyncProgress) -> Void)? = nil
     ) async throws -> SyncReport {
+        precondition(maxBatchRows > 0 && maxBatchBytes > 0, "a batch needs room for at least one row")
         var report = SyncReport()
         func attempt<T>(_ phase: SyncProgress.Phase, _ body: () async throws -> T) async throws -> T {
             var delay = backoff
@@ -83,7 +127,8 @@ extension SyncClient {
                 do {
                     return try await body()
                 } catch {
-                    guard n < maxAttempts else {
+                    // Asking again does not make the server remember this client.
+                    guard n < maxAttempts, !(error is ResetRequired) else {
                         progress?(SyncProgress(phase: phase, status: .error))
                         throw error
                     }
@@ -94,34 +139,54 @@ extension SyncClient {
             }
             fatalError("unreachable")
         }
+        // Runs `body`; on ResetRequired, resets from a full snapshot (once) and answers nil.
+        func resettingIfAsked<T>(_ body: () async throws -> T) async throws -> T? {
+            do {
+                return try await body()
+            } catch let asked as ResetRequired {
+                guard onReset != .fail, report.reset == nil else { throw asked }
+                progress?(SyncProgress(phase: .pull, status: .inProgress))
+                let snapshot = try await attempt(.pull) { try await transport.pull(since: nil) }
+                progress?(SyncProgress(phase: .pull, status: .ok))
+                let keep = onReset == .keepLocalChanges
+                let merged = try reset(with: snapshot, keepLocalChanges: keep)
+                report.reset = ClientResetReport(reason: asked.reason, message: asked.message, keptLocalChanges: keep, merge: merged)
+                return nil
+            }
+        }
 
         // A batch still in flight (its response was lost last time) goes first, so that the
         // pull sees the server with it applied.
         if let (batch, _) = try inFlightBatch() {
-            let ack = try await attempt(.push) { try await transport.push(batch) }
-            report.acks.append(try acknowledge(ack))
-            report.batches += 1
+            if let ack = try await resettingIfAsked({ try await attempt(.push) { try await transport.push(batch) } }) {
+                report.acks.append(try acknowledge(ack))
+                report.batches += 1
+            }
         }
 
-        progress?(SyncProgress(phase: .pull, status: .inProgress))
-        let anchor = try self.anchor()
-        let delta = try await attempt(.pull) { try await transport.pull(since: anchor) }
-        progress?(SyncProgress(phase: .pull, status: .ok))
-
-        var counts: [String: Int] = [:]
-        for t in delta.tables { counts[t.table, default: 0] += t.upserts.count + t.deletes.count }
-        progress?(SyncProgress(phase: .merge, status: .inProgress, total: counts))
-        report.merge = try merge(delta)
-        progress?(SyncProgress(phase: .merge, status: .ok, total: counts, processed: counts))
+        if report.reset == nil {
+            progress?(SyncProgress(phase: .pull, status: .inProgress))
+            let anchor = try self.anchor()
+            if let delta = try await resettingIfAsked({ try await attempt(.pull) { try await transport.pull(since: anchor) } }) {
+                progress?(SyncProgress(phase: .pull, status: .ok))
+                var counts: [String: Int] = [:]
+                for t in delta.tables { counts[t.table, default: 0] += t.upserts.count + t.deletes.count }
+                progress?(SyncProgress(phase: .merge, status: .inProgress, total: counts))
+                report.merge = try merge(delta)
+                progress?(SyncProgress(phase: .merge, status: .ok, total: counts, processed: counts))
+            }
+        }
 
         var total: [String: Int] = [:]
         for row in try await store.read({ try $0.pendingRows() }) where !row.isConflicted { total[row.table, default: 0] += 1 }
         var processed: [String: Int] = [:]
-        var skip = Set<String>()
+        var skip = Set<RowID>()
         progress?(SyncProgress(phase: .push, status: .inProgress, total: total, processed: processed))
-        while let batch = try nextBatch(maxRows: 500, maxBytes: 1 << 20, excluding: skip) {
+        while let batch = try nextBatch(maxRows: maxBatchRows, maxBytes: maxBatchBytes, excluding: skip) {
             try markSent(batch)
-            let ack = try await attempt(.push) { try await transport.push(batch) }
+            // A reset asked for during the upload: the batch is dropped by the reset and its rows,
+            // still pending, go up in the batches that follow.
+            guard let ack = try await resettingIfAsked({ try await attempt(.push) { try await transport.push(batch) } }) else { continue }
             let applied = try acknowledge(ack)
             report.batches += 1
             report.acks.append(applied)

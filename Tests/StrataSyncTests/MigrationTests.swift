@@ -1,0 +1,69 @@
+import Foundation
+import LMDB
+import Strata
+import StrataSync
+import Testing
+
+/// The 2 → 3 migration, on a store written by format 2 (`Fixtures/format2-store`, see its commit:
+/// row 1 with a deferred conflict on title and a local-only edit of notes, row 2 conflicted on
+/// priority, row 3 deleted here and changed on the server, row 4 a pending insert).
+@Suite struct MigrationTests {
+    static func withFormat2Store<R>(_ body: (String) throws -> R) throws -> R {
+        let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/format2-store/data.mdb")
+        return try withTemporaryFolder { path in
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: fixture.path, toPath: path + "/data.mdb")
+            return try body(path)
+        }
+    }
+
+    static func format(_ path: String) throws -> UInt64? {
+        let env = try Environment(path: path, options: { var o = EnvironmentOptions(); o.maxDatabases = 16; return o }())
+        let meta = try env.write { try $0.openDatabase("meta") }
+        return try env.read { txn in try txn.get(Array("format".utf8), in: meta).map { $0.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } } }
+    }
+
+    @Test func aFormat2StoreIsMigratedAndItsConflictsReadAsFormat2ReportedThem() throws {
+        try Self.withFormat2Store { path in
+            #expect(try Self.format(path) == 2)
+            let store = try Store(path: path)
+            #expect(try Self.format(path) == Store.formatVersion)
+            #expect(try store.verify().isConsistent)
+            let sync = SyncClient(store: store)
+            let conflicts = try sync.conflicts()
+            // Format 2 did not record the conflicting fields in the rows: the merge's audit
+            // record gives them, so the local-only edit of notes is not taken for a conflict.
+            #expect(conflicts.map(\.key) == [1, 2, 3])
+            #expect(conflicts[0].fields == ["title"])
+            #expect(conflicts[0].server == ["title": "Buy soy milk"] && conflicts[0].local == ["title": "Buy oat milk"])
+            #expect(conflicts[1].fields == ["priority"])
+            #expect(conflicts[2].isDeletedLocally && conflicts[2].fields == ["title"])
+            // What the row alone says (no audit at hand): format 2's changed fields.
+            #expect(try store.read { try $0.row("tasks", key: 1)?.conflictingFields } == ["title", "notes"])
+            #expect(try store.read { try $0.pendingRows("tasks").map { "\($0.key) \($0.status)" } } == ["1 updated", "2 updated", "3 deleted", "4 inserted"])
+
+            // The bug this format fixes, on a migrated row: taking the server's title keeps the
+            // local edit of notes pending.
+            try sync.resolve("tasks", key: 1, with: .server)
+            let one = try #require(try store.read { try $0.row("tasks", key: 1) })
+            #expect(one["title"] == "Buy soy milk" && one["notes"] == "1 litre" && one.original("notes") == "2 litres" && !one.isConflicted)
+
+            // Resolving works on the migrated rows, and a new deferred merge records its fields.
+            try sync.resolve("tasks", key: 2, with: .server)
+            #expect(try store.read { try $0.row("tasks", key: 2) }.map { "\($0["priority"]) \($0.isPending)" } == "7 false")
+            try store.write { tx in try tx.update("tasks", key: 4, ["notes": "weekly"]) }
+            try store.write { tx in try tx.acknowledge("tasks", key: 4) }
+            try store.write { tx in try tx.update("tasks", key: 4, ["title": "Water the plants", "notes": "daily"]) }
+            try SyncClient(store: store, policy: .deferred).merge(ServerDelta(since: "a1", anchor: "a2", tables: [
+                TableDelta("tasks", upserts: [ServerRow(["id": 4, "title": "Water ferns"])]),
+            ]))
+            #expect(try sync.conflicts().first { $0.key == 4 }?.fields == ["title"])
+            try sync.resolve("tasks", key: 4, with: .server)
+            let row = try #require(try store.read { try $0.row("tasks", key: 4) })
+            #expect(row["title"] == "Water ferns" && row["notes"] == "daily" && row.original("notes") == "weekly")
+            #expect(try store.verify().isConsistent)
+            _ = try store.rebuild()
+            #expect(try sync.conflicts().map(\.key) == [3])
+        }
+    }
+}
