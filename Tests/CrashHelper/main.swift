@@ -116,7 +116,11 @@ if let fileLimit {
 let sync = SyncClient(store: store, policy: .clientWins)
 let parts = 5
 var n = try store.read { try $0.row("crash", key: 0)?["txn"].intValue ?? 0 }
-if n == 0 { try store.write { try $0.insert("crash", ["id": 0, "txn": 0, "part": 0, "payload": ""]) } }
+// Checked by the row, not by `n`: a writer killed after creating the counter row but before its
+// first iteration leaves the row with txn 0, and inserting it again would fail.
+if try store.read({ try $0.row("crash", key: 0) }) == nil {
+    try store.write { try $0.insert("crash", ["id": 0, "txn": 0, "part": 0, "payload": ""]) }
+}
 
 /// One iteration of the writer.
 @MainActor func iteration() throws {
