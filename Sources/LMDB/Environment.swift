@@ -34,6 +34,10 @@ public struct EnvironmentOptions: Sendable {
     public var syncMode: SyncMode = .full
     /// Open the environment read-only.
     public var readOnly: Bool = false
+    /// Use no lock file (`MDB_NOLOCK`): for read-only access to files this process cannot
+    /// write, `lock.mdb` included. The caller must make sure no writer changes the files
+    /// meanwhile: without the lock, LMDB cannot keep a writer off the pages a reader uses.
+    public var noLock: Bool = false
     /// The permissions of newly created files.
     public var fileMode: mode_t = 0o644
 
@@ -85,7 +89,8 @@ public struct DatabaseStats: Sendable, Hashable {
 public final class Environment: @unchecked Sendable {
     // @unchecked: the MDB_env handle is thread-safe under MDB_NOTLS (LMDB serialises writers
     // with its own mutex); `writerStatus` is only touched by the thread that holds LMDB's writer
-    // lock; map resizing is guarded by `resizeLock`.
+    // lock; map resizing is guarded by `resizeLock`; `isClosed` is written only under
+    // `resizeLock` held exclusively and read under it held shared.
 
     /// The raw `MDB_env*`, for code that needs an `mdb_*` call this wrapper does not offer.
     public let handle: OpaquePointer
@@ -95,6 +100,8 @@ public final class Environment: @unchecked Sendable {
     public let options: EnvironmentOptions
 
     private let resizeLock = ReadWriteLock()
+    /// Set by ``close()``; every later transaction fails with ``LMDBError/closed``.
+    private var isClosed = false
     /// Per thread, how many transactions of this environment it holds (to refuse, rather than
     /// deadlock, a map resize requested while the same thread still holds a transaction).
     private let depthKey: pthread_key_t
@@ -138,6 +145,7 @@ public final class Environment: @unchecked Sendable {
             case .noSync: flags |= UInt32(MDB_NOSYNC)
             }
             if options.readOnly { flags |= UInt32(MDB_RDONLY) }
+            if options.noLock { flags |= UInt32(MDB_NOLOCK) }
             try check(mdb_env_open(env, path, flags, options.fileMode), "mdb_env_open(\(path))")
             try check(mdb_reader_check(env, &dead), "mdb_reader_check")
         } catch {
@@ -161,7 +169,7 @@ public final class Environment: @unchecked Sendable {
     }
 
     deinit {
-        mdb_env_close(handle)
+        if !isClosed { mdb_env_close(handle) }
         pthread_key_delete(depthKey)
         writerStatus.deallocate()
     }
@@ -177,6 +185,10 @@ public final class Environment: @unchecked Sendable {
     public func read<R>(_ body: (ReadTransaction) throws -> R) throws -> R {
         while true {
             enter()
+            if isClosed {
+                leave()
+                throw LMDBError(code: LMDBError.closed, operation: "mdb_txn_begin(read)")
+            }
             var txn: OpaquePointer?
             let rc = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn)
             if rc == MDB_MAP_RESIZED {
@@ -216,6 +228,10 @@ public final class Environment: @unchecked Sendable {
                 try grow(from: mapSize, toFit: usedBefore)
             }
             enter(writing: true)
+            if isClosed {
+                leave(writing: true)
+                throw LMDBError(code: LMDBError.closed, operation: "mdb_txn_begin(write)")
+            }
             var txn: OpaquePointer?
             var rc = mdb_txn_begin(handle, nil, 0, &txn)
             if rc == MDB_MAP_RESIZED {
@@ -277,6 +293,7 @@ public final class Environment: @unchecked Sendable {
         // committed (an abort closes it), so this one does not go through `read`.
         enter()
         defer { leave() }
+        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_dbi_open(\(name ?? "main"))") }
         var txn: OpaquePointer?
         try check(mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin(read)")
         var dbi = MDB_dbi()
@@ -293,19 +310,60 @@ public final class Environment: @unchecked Sendable {
 
     /// Flushes buffered commits to disk (`mdb_env_sync` with force), for ``SyncMode/noSync``.
     public func sync() throws(LMDBError) {
+        let locked = lockSharedUnlessHeld()
+        defer { if locked { resizeLock.unlock() } }
+        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_sync") }
         try check(mdb_env_sync(handle, 1), "mdb_env_sync")
+    }
+
+    /// Closes the environment now (`mdb_env_close`) instead of when it is released: waits for
+    /// the transactions of this process to end, then closes. Every later transaction, copy or
+    /// sync fails with ``LMDBError/closed``; sizes read as 0. Closing twice does nothing.
+    ///
+    /// LMDB's locks belong to the process, so the files must not be opened again in this process
+    /// before this returns (see LMDB-NOTES, "Open an environment once per process").
+    ///
+    /// - Precondition: the calling thread holds no transaction of this environment.
+    public func close() {
+        precondition(depth == 0, "LMDB: an environment was closed by a thread that holds one of its transactions")
+        resizeLock.lockExclusive()
+        defer { resizeLock.unlock() }
+        guard !isClosed else { return }
+        isClosed = true
+        mdb_env_close(handle)
+    }
+
+    /// Whether ``close()`` was called.
+    public var closed: Bool {
+        let locked = lockSharedUnlessHeld()
+        defer { if locked { resizeLock.unlock() } }
+        return isClosed
+    }
+
+    /// Takes the resize lock shared unless this thread holds it already (it does while it holds
+    /// a transaction): taking a read-write lock shared twice on one thread can deadlock when a
+    /// writer is waiting in between. Returns whether it took the lock.
+    private func lockSharedUnlessHeld() -> Bool {
+        guard depth == 0 else { return false }
+        resizeLock.lockShared()
+        return true
     }
 
     /// Copies the environment to the (existing, empty) folder `path`, optionally compacting it
     /// (free pages are omitted and the copy renumbered). Safe while the environment is in use.
     public func copy(to path: String, compact: Bool = true) throws(LMDBError) {
+        let locked = lockSharedUnlessHeld()
+        defer { if locked { resizeLock.unlock() } }
+        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_copy2(\(path))") }
         try check(mdb_env_copy2(handle, path, compact ? UInt32(MDB_CP_COMPACT) : 0), "mdb_env_copy2(\(path))")
     }
 
     /// Statistics of the main database: page size, depth, page counts.
     public func stats() -> DatabaseStats {
         var s = MDB_stat()
-        mdb_env_stat(handle, &s)
+        let locked = lockSharedUnlessHeld()
+        defer { if locked { resizeLock.unlock() } }
+        if !isClosed { mdb_env_stat(handle, &s) }
         return DatabaseStats(s)
     }
 
@@ -313,11 +371,18 @@ public final class Environment: @unchecked Sendable {
     public var mapSize: Int { info().me_mapsize }
 
     /// The bytes in use: pages up to the last one written.
-    public var usedBytes: Int { (info().me_last_pgno + 1) * pageSize }
+    public var usedBytes: Int {
+        let i = info()
+        return i.me_mapsize == 0 ? 0 : (i.me_last_pgno + 1) * pageSize
+    }
 
-    private func info() -> MDB_envinfo {
+    /// Environment info; zeros once closed. `locked`: the caller holds the resize lock
+    /// (exclusively) already.
+    private func info(locked: Bool = false) -> MDB_envinfo {
         var i = MDB_envinfo()
-        mdb_env_info(handle, &i)
+        let took = locked ? false : lockSharedUnlessHeld()
+        defer { if took { resizeLock.unlock() } }
+        if !isClosed { mdb_env_info(handle, &i) }
         return i
     }
 
@@ -360,7 +425,7 @@ public final class Environment: @unchecked Sendable {
     /// it past `size`.
     private func grow(from size: Int, toFit used: Int = 0) throws {
         try exclusively {
-            let current = info().me_mapsize
+            let current = info(locked: true).me_mapsize
             guard current <= size else { return }
             var new = current * 2
             while used + headroom(new) > new { new *= 2 }
@@ -382,6 +447,7 @@ public final class Environment: @unchecked Sendable {
         }
         resizeLock.lockExclusive()
         defer { resizeLock.unlock() }
+        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_set_mapsize") }
         try body()
     }
 }

@@ -1,5 +1,13 @@
 import CLMDB
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// An error returned by LMDB, with its numeric code and LMDB's own description.
 ///
 /// `MDB_NOTFOUND` is never thrown: lookups that find nothing return `nil` instead.
@@ -25,6 +33,11 @@ public struct LMDBError: Error, Hashable, Sendable, CustomStringConvertible {
     public static let keyExists = MDB_KEYEXIST
     /// Another process grew the map.
     public static let mapResized = MDB_MAP_RESIZED
+    /// A lookup found nothing (`MDB_NOTFOUND`); thrown only where "nothing" cannot be `nil`,
+    /// such as opening a named database that does not exist without creating it.
+    public static let notFound = MDB_NOTFOUND
+    /// The ``Environment`` was closed (``Environment/close()``); `EBADF`, as for a closed file.
+    public static let closed = EBADF
 
     /// Whether this error is `MDB_KEYEXIST`.
     public var isKeyExists: Bool { code == MDB_KEYEXIST }

@@ -6,19 +6,25 @@ extension Store {
     ///
     /// `body` itself stays synchronous — LMDB ties a write transaction to the thread that began it.
     /// The same rules as ``write(_:)`` apply: it may run more than once when the map grows.
+    /// A write submitted before ``close()`` runs; one submitted after fails with `closed`.
     public func write<R: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> R) async throws -> R {
-        try await withCheckedThrowingContinuation { continuation in
+        // Counted from the call, not from when the queue runs it: a close() meanwhile waits for it.
+        try enterCall()
+        return try await withCheckedThrowingContinuation { continuation in
             Store.writerQueue.async {
-                continuation.resume(with: Result { try self.write(body) })
+                defer { self.leaveCall() }
+                continuation.resume(with: Result { try self.performWrite(body) })
             }
         }
     }
 
     /// Runs `body` with a snapshot on a background thread (see ``read(_:)``).
     public func read<R: Sendable>(_ body: @escaping @Sendable (Snapshot) throws -> R) async throws -> R {
-        try await withCheckedThrowingContinuation { continuation in
+        try enterCall()
+        return try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
-                continuation.resume(with: Result { try self.read(body) })
+                defer { self.leaveCall() }
+                continuation.resume(with: Result { try self.performRead(body) })
             }
         }
     }

@@ -70,27 +70,31 @@ public struct StoreOptions: Sendable {
 ///   thread or process.
 /// - `Store` is `Sendable`; transactions and snapshots are not and never leave their closure.
 public final class Store: Sendable {
-    /// The folder holding the store.
+    /// The folder holding the store, as given to ``init(path:options:)``.
     public let path: String
-    /// The options the store was opened with.
-    public let options: StoreOptions
+    /// The options the store was opened with: those of the first `Store` of this process on the
+    /// folder (see ``init(path:options:)``).
+    public var options: StoreOptions { core.options }
     /// This device's id, created with the store; batch ids and server records name it.
-    public let clientID: String
+    public var clientID: String { core.clientID }
 
-    let env: Environment
-    let views: Views
-    /// The catalog last seen; every transaction checks its version against `meta`.
-    let cachedCatalog: Mutex<Catalog>
-    let observers = Observers()
+    /// The opened store, shared with every other `Store` of this process on the same folder.
+    let core: StoreCore
+    /// Whether this object was closed, and how many calls on it are running.
+    private let usage = Mutex(Usage())
+
+    private struct Usage {
+        var closed = false
+        var running = 0
+        /// Whether this object's count on `core` was given back to the registry.
+        var released = false
+    }
+
+    var env: Environment { core.env }
+    var views: Views { core.views }
+    var observers: Observers { core.observers }
     /// The view changes committed but not yet checkpointed, as of the newest commit.
-    let overlay: PublishedOverlay
-    /// Whether this process committed a write through this store: only then does closing it
-    /// checkpoint. A process that only reads never takes the writer's lock, even to close.
-    private let hasWritten = Mutex(false)
-
-    /// Shared `flock` on `strata.lock` in the store's folder, held while the store is open, so
-    /// that ``reclaimSpace(at:)`` can tell that nobody has it open.
-    private let lockFD: Int32
+    var overlay: PublishedOverlay { core.overlay }
 
     /// The store format this version of Strata writes. Older formats are migrated when opened
     /// (see `Migration.swift`); newer ones are refused.
@@ -99,11 +103,21 @@ public final class Store: Sendable {
     /// Opens the store in the folder at `path`, creating it (and the folder, with any missing
     /// parent folders) if needed.
     ///
+    /// A folder is opened **once per process** (LMDB's locks belong to the process, and a second
+    /// environment on the same files would break them). Opening a folder this process has open
+    /// already — by the same path, a symlink, a path with `..`, or any other name for the same
+    /// folder — returns a new `Store` over the same opened store: the same environment, catalog,
+    /// observers and writer lock. Such a second open ignores `options` and takes those of the
+    /// first (durability, map size, …); ``options`` says which are in force. The store closes
+    /// when its last `Store` object is closed (``close()``) or released.
+    ///
+    /// Opening an existing store of the current format takes no write transaction, so it does
+    /// not wait for a writer in this or another process.
+    ///
     /// - Throws: ``StrataError`` with code `formatVersion` for a store written by a newer Strata,
     ///   `io` when the folder holds no store and ``StoreOptions/createIfMissing`` is false.
     public init(path: String, options: StoreOptions = StoreOptions()) throws(StrataError) {
         self.path = path
-        self.options = options
         if !options.createIfMissing && !FileManager.default.fileExists(atPath: path + "/data.mdb") {
             throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
         }
@@ -112,101 +126,72 @@ public final class Store: Sendable {
         } catch {
             throw StrataError(.io, "cannot create the store's folder '\(path)': \(error.localizedDescription)")
         }
-        lockFD = try Store.lockFolder(path, exclusive: false)
-        var envOptions = EnvironmentOptions()
-        envOptions.mapSize = options.initialMapSize
-        envOptions.maxReaders = options.maxReaders
-        envOptions.syncMode = options.durability.syncMode
-        envOptions.maxDatabases = 16
-        do {
-            env = try Environment(path: path, options: envOptions)
-        } catch {
-            close(lockFD)
-            throw StrataError(.io, "cannot open the store at '\(path)': \(error.message)", cause: error)
-        }
-        let opened: (Views, String, Catalog)
-        do {
-            try Store.checkFileLength(env, path: path)
-            opened = try Store.open(env, path: path)
-        } catch {
-            close(lockFD)
-            throw error
-        }
-        (views, clientID) = (opened.0, opened.1)
-        self.cachedCatalog = Mutex(opened.2)
-        overlay = PublishedOverlay(.empty(at: 0))
-        do {
-            // Folds what the last process left un-checkpointed (a crash, or another process
-            // that has the store open), so the first read finds it done.
-            _ = try Store.asStrataError { try env.read { txn in try overlayVersion(for: txn) } }
-        } catch {
-            close(lockFD)
-            throw error
-        }
+        core = try StoreRegistry.shared.acquire(path: path, options: options)
     }
 
     deinit {
-        // The log holds everything; this only spares the next open the fold of the tail.
-        try? checkpointOnClose()
-        close(lockFD)
+        // No call can be running: each holds this object.
+        if !usage.withLock({ $0.released }) { StoreRegistry.shared.release(core) }
     }
 
-    /// Writes a non-empty overlay into the views, without a ``Transaction`` (which would hold
-    /// on to the store).
-    private func checkpointOnClose() throws {
-        let version = overlay.current
-        guard !version.isEmpty, hasWritten.withLock({ $0 }) else { return }
-        try Store.mappingStorageErrors {
-            try env.write { txn in
-                // Only if the overlay still completes the store: another process may have
-                // written or checkpointed since.
-                let end = try txn.lastLSN(in: views)
-                let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? end
-                guard version.lsn == end, version.base <= viewsLSN, viewsLSN < end else { return }
-                try Checkpoint.write(version, into: txn, views)
-                try txn.setMeta(MetaKey.viewsLSN, end, in: views)
-            }
+    /// Closes this `Store`. Every later call on it fails with ``StrataError/Code/closed``; calls
+    /// running now (a write on another thread, an async write already submitted) finish first,
+    /// and the store is closed when the last of them returns, unless other `Store` objects of
+    /// this process are open on the same folder: the store closes with the last of them. Open
+    /// the folder again with ``init(path:options:)``. Closing twice does nothing.
+    ///
+    /// `close()` does not wait, so it may be called from inside a transaction of this store.
+    public func close() {
+        let release = usage.withLock { u in
+            guard !u.closed else { return false }
+            u.closed = true
+            guard u.running == 0 else { return false }
+            u.released = true
+            return true
+        }
+        if release { StoreRegistry.shared.release(core) }
+    }
+
+    /// Whether the store was opened read-only because this process cannot write its files
+    /// (a store copied off a device with its permissions, a read-only mount, another user's
+    /// store). Reads work; writes fail with ``StrataError/Code/io``. When even `lock.mdb` is
+    /// read-only, LMDB runs without its lock file: a writer in another process could then change
+    /// pages under a reader, so inspect such a store only while nobody writes it.
+    public var isReadOnly: Bool { core.isReadOnly }
+
+    /// Whether ``close()`` was called on this `Store`.
+    public var isClosed: Bool { usage.withLock { $0.closed } }
+
+    /// Counts a call on this `Store` as running, or throws `closed` when it was closed. Pair
+    /// with ``leaveCall()``.
+    func enterCall() throws(StrataError) {
+        let open = usage.withLock { u in
+            guard !u.closed else { return false }
+            u.running += 1
+            return true
+        }
+        guard open else {
+            throw StrataError(.closed, "the store at '\(path)' was closed; open it again with Store(path:)")
         }
     }
 
-    /// Refuses a file shorter than its own last page says: LMDB maps the file and would read
-    /// past its end (a SIGBUS, not an error) at the first touch of a missing page.
-    private static func checkFileLength(_ env: Environment, path: String) throws(StrataError) {
-        let size = try fileSize(path + "/data.mdb")
-        guard size >= env.usedBytes else {
-            throw StrataError(.corruptRecord, "the store's file '\(path)/data.mdb' is truncated: it holds \(size) bytes, but its pages reach \(env.usedBytes); restore it from a copy")
+    /// The end of a call counted by ``enterCall()``; the last call after ``close()`` gives the
+    /// store back.
+    func leaveCall() {
+        let release = usage.withLock { u in
+            u.running -= 1
+            guard u.closed, u.running == 0, !u.released else { return false }
+            u.released = true
+            return true
         }
+        if release { StoreRegistry.shared.release(core) }
     }
 
-    /// In one write transaction: opens the databases, initializes a new store or migrates an
-    /// older one, and reads the client id and catalog.
-    private static func open(_ env: Environment, path: String) throws(StrataError) -> (Views, String, Catalog) {
-        try Store.asStrataError {
-            try env.write { txn in
-                let views = try Views.open(txn)
-                let format = try txn.metaUInt64(MetaKey.format, in: views)
-                switch format {
-                case nil:
-                    if try txn.lastLSN(in: views) != 0 {
-                        throw StrataError(.formatVersion, "the store at '\(path)' has a log but no format version; it was not written by Strata")
-                    }
-                    try txn.setMeta(MetaKey.format, Store.formatVersion, in: views)
-                    try txn.setMeta(MetaKey.clientID, Array(UUID().uuidString.utf8), in: views)
-                    try txn.setMeta(MetaKey.catalog, try Catalog().encoded(), in: views)
-                    try txn.setMeta(MetaKey.catalogVersion, 0, in: views)
-                    try txn.setMeta(MetaKey.viewsLSN, 0, in: views)
-                case let v? where v > Store.formatVersion:
-                    throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), newer than this Strata reads (\(Store.formatVersion)); upgrade Strata to open it")
-                case let v? where v < Store.formatVersion:
-                    try Migration.upgrade(from: v, txn, views, path: path)
-                default: break
-                }
-                guard let id = try txn.meta(MetaKey.clientID, in: views) else {
-                    throw StrataError(.corruptRecord, "the store at '\(path)' has no client id")
-                }
-                return (views, String(decoding: id, as: UTF8.self), try Store.loadCatalog(txn, views))
-            }
-        }
+    /// Runs `body` as one call on this `Store` (see ``enterCall()``).
+    func checkedCall<R>(_ body: () throws -> R) throws -> R {
+        try enterCall()
+        defer { leaveCall() }
+        return try body()
     }
 
     // MARK: Transactions
@@ -236,6 +221,14 @@ public final class Store: Sendable {
     ///
     /// - Complexity: O(edits × log n), plus one `fdatasync` under ``Durability/full``.
     public func write<R>(_ body: (Transaction) throws -> R) throws -> R {
+        try checkedCall { try performWrite(body) }
+    }
+
+    /// ``write(_:)`` without the check that this `Store` is open.
+    func performWrite<R>(_ body: (Transaction) throws -> R) throws -> R {
+        guard !core.isReadOnly else {
+            throw StrataError(.io, "the store at '\(path)' is read-only: this process cannot write its files; nothing was changed")
+        }
         var committedCatalog: Catalog?
         var notification: CommitNotification?
         var committedOverlay: OverlayVersion?
@@ -260,7 +253,7 @@ public final class Store: Sendable {
         }
         // Only after the commit, so that no snapshot sees view changes its log does not have.
         if let committedOverlay { overlay.publish(committedOverlay) }
-        hasWritten.withLock { $0 = true }
+        core.hasWritten.store(true, ordering: .relaxed)
         if let committedCatalog { publish(committedCatalog) }
         // After the commit: nothing is told about a transaction that rolled back.
         if let notification { observers.notify(notification) }
@@ -274,6 +267,11 @@ public final class Store: Sendable {
     ///
     /// - Complexity: O(1) to begin, plus `body`.
     public func read<R>(_ body: (Snapshot) throws -> R) throws -> R {
+        try checkedCall { try performRead(body) }
+    }
+
+    /// ``read(_:)`` without the check that this `Store` is open.
+    func performRead<R>(_ body: (Snapshot) throws -> R) throws -> R {
         try Store.mappingStorageErrors {
             try env.read { txn in
                 let reader = ViewReader(txn: txn, views: views, overlay: OverlayBuffer(try overlayVersion(for: txn)))
@@ -297,22 +295,34 @@ public final class Store: Sendable {
 
     /// Writes buffered commits to disk. Needed only with ``Durability/noSync``.
     public func flush() throws {
-        try Store.mappingStorageErrors { try env.sync() }
+        try checkedCall {
+            if core.isReadOnly { return }  // nothing was written
+            try Store.mappingStorageErrors { try env.sync() }
+        }
     }
 
-    /// Reader slots left by processes that died mid-read, cleared when this store was opened
-    /// (`mdb_reader_check`). Such slots would keep old pages from reuse and use up
+    /// Reader slots left by processes that died mid-read, cleared when this process opened the
+    /// store (`mdb_reader_check`; a second `Store` on an open folder shares that first open). Such slots would keep old pages from reuse and use up
     /// ``StoreOptions/maxReaders``.
     public var staleReadersCleared: Int { env.staleReadersCleared }
 
-    /// Bytes in use in the store's file.
-    public var sizeInBytes: Int { env.usedBytes }
+    /// Bytes in use in the store's file; 0 once the store is closed.
+    public var sizeInBytes: Int { isClosed ? 0 : env.usedBytes }
 
     /// A commit cut short by a full disk (or the file size limit) fails in LMDB with `EIO` when
     /// part of a page was written: LMDB reports a short write that way. Such a failure is
     /// reported as `diskFull` when the disk has under 1 MiB free or the file is within 1 MiB of
     /// the process's file size limit; any other `EIO` stays a `storage` error.
     private func diagnoseWriteFailure(_ error: StrataError) -> StrataError {
+        Store.diagnosingDiskFull(error, writingIn: path)
+    }
+
+    /// `error` as `diskFull` when it is an `EIO` from LMDB (a short write) and the disk holding
+    /// `folder` is (nearly) full or the process's file size limit is (nearly) reached; `error`
+    /// otherwise. For writes to a store other than a `Store`'s own — a scratch store of
+    /// ``verify(progress:)`` in the temporary folder, the new store of ``replay(into:through:progress:)``.
+    public static func diagnosingDiskFull(_ error: StrataError, writingIn folder: String) -> StrataError {
+        let path = folder
         guard let cause = error.cause as? LMDBError, cause.code == EIO else { return error }
         let slack: UInt64 = 1 << 20
         var fs = statvfs()
@@ -330,7 +340,7 @@ public final class Store: Sendable {
     /// The catalog as of `txn`: the cached one if its version is current, else reloaded.
     func currentCatalog(_ txn: some ReadableTransaction) throws(StrataError) -> Catalog {
         let version = try txn.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0
-        let cached = cachedCatalog.withLock { $0 }
+        let cached = core.cachedCatalog.withLock { $0 }
         if cached.version == version { return cached }
         let fresh = try Store.loadCatalog(txn, views)
         publish(fresh)
@@ -338,7 +348,7 @@ public final class Store: Sendable {
     }
 
     func publish(_ catalog: Catalog) {
-        cachedCatalog.withLock { if catalog.version >= $0.version { $0 = catalog } }
+        core.cachedCatalog.withLock { if catalog.version >= $0.version { $0 = catalog } }
     }
 
     static func loadCatalog(_ txn: some ReadableTransaction, _ views: Views) throws(StrataError) -> Catalog {
@@ -373,7 +383,9 @@ extension Store {
     /// The overlay is checkpointed first, so the copy opens without a log tail to fold (a
     /// write committed meanwhile still reaches the copy, through its log).
     public func copy(to path: String, compact: Bool = true) throws {
-        try checkpoint()
-        try Store.mappingStorageErrors { try env.copy(to: path, compact: compact) }
+        try checkedCall {
+            if !isReadOnly { try checkpoint() }
+            try Store.mappingStorageErrors { try env.copy(to: path, compact: compact) }
+        }
     }
 }

@@ -24,7 +24,7 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
             case fieldNotFound, typeMismatch, missingField, nullNotAllowed, invalidKey
             case duplicateKey, rowNotFound, invalidOperation
             case corruptRecord, formatVersion, storage, io, malformedInput, dataVersionMismatch
-            case compacted, diskFull, busy, invalidValue
+            case compacted, diskFull, busy, closed, invalidValue
         }
         fileprivate let kind: Kind
         private init(_ kind: Kind) { self.kind = kind }
@@ -72,6 +72,8 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         public static let diskFull = Code(.diskFull)
         /// The store is in use (open in this or another process) and the request needs it closed.
         public static let busy = Code(.busy)
+        /// The ``Store`` was closed (``Store/close()``): open the folder again for a new one.
+        public static let closed = Code(.closed)
         /// A value the store does not hold: a double or a timestamp that is NaN or infinite.
         public static let invalidValue = Code(.invalidValue)
 
@@ -100,6 +102,9 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         // file system's largest file. LMDB has rolled the transaction back.
         if error.code == ENOSPC || error.code == EFBIG || error.code == EDQUOT {
             return StrataError(.diskFull, "the disk is full (\(error.message)): the write was rolled back and the store is unchanged; free space and retry", cause: error)
+        }
+        if error.code == LMDBError.closed {
+            return StrataError(.closed, "the store was closed; open it again with Store(path:)", cause: error)
         }
         return StrataError(.storage, "the storage engine failed: \(error.description)", cause: error)
     }

@@ -23,17 +23,40 @@ struct BenchCommand: ParsableCommand {
             """
     )
 
-    @Option(help: "Rows preloaded before the edits.") var preload = 100_000
-    @Option(help: "Edits applied after the preload.") var edits = 1_000_000
-    @Option(help: "Edits per transaction.") var batch = 1000
+    @Option(parsing: .unconditional, help: "Rows preloaded before the edits (at most \(BenchCommand.maxRows)).") var preload = 100_000
+    @Option(parsing: .unconditional, help: "Edits applied after the preload (at most \(BenchCommand.maxRows)).") var edits = 1_000_000
+    @Option(parsing: .unconditional, help: "Edits per transaction.") var batch = 1000
     @Option(help: "The workload's random seed.") var seed: UInt64 = 42
     @Option(help: "full, noMetaSync or noSync.") var durability: Durability = .full
     @Option(help: "The folder for the store (default: a new temporary folder, removed afterwards).") var path: String?
     @Flag(help: "Print the results as JSON.") var json = false
 
+    /// The most rows or edits a run takes: the workload is generated in memory before timing.
+    static let maxRows = 50_000_000
+    /// Roughly what one generated edit or preloaded row takes in memory before the run, with the
+    /// store's own use of it: the measure of whether a run fits this machine.
+    static let bytesPerItem = 600
+
     func validate() throws {
         guard preload >= 0, edits >= 0 else { throw ValidationError("--preload and --edits cannot be negative") }
         guard batch >= 1 else { throw ValidationError("--batch must be at least 1") }
+        guard preload <= Self.maxRows, edits <= Self.maxRows else {
+            throw ValidationError("--preload and --edits take at most \(Self.maxRows) (the workload is generated in memory first)")
+        }
+        let needed = UInt64(preload + edits) * UInt64(Self.bytesPerItem)
+        let memory = ProcessInfo.processInfo.physicalMemory
+        guard needed <= memory / 2 else {
+            throw ValidationError("--preload \(preload) and --edits \(edits) need about \(needed >> 20) MiB to generate, more than half of this machine's \(memory >> 20) MiB; run fewer")
+        }
+        if let path {
+            var isFolder: ObjCBool = false
+            if FileManager.default.fileExists(atPath: path, isDirectory: &isFolder) && !isFolder.boolValue {
+                throw ValidationError("--path '\(path)' is a file; give a folder for the store")
+            }
+            if FileManager.default.fileExists(atPath: path + "/data.mdb") {
+                throw ValidationError("'\(path)' already holds a store; the benchmark needs an empty folder")
+            }
+        }
     }
 
     struct Result: Codable {
@@ -56,6 +79,10 @@ struct BenchCommand: ParsableCommand {
     }
 
     func run() throws {
+        try reportingErrors { try runBenchmark() }
+    }
+
+    private func runBenchmark() throws {
         let workload = ReferenceWorkload(seed: seed, preloadRows: preload, edits: edits)
         // Build every edit's arguments before timing, so the clock measures the store only.
         let preloadFields = workload.strataPreload()

@@ -16,6 +16,7 @@ struct ExportCommand: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
+            try refuseInsideAStore(file, what: "briefcase")
             let info = try target.open().exportBriefcase(to: file, tables: tables.isEmpty ? nil : tables, dataVersion: dataVersion)
             if output.json { return try printJSON(info) }
             print("exported \(info.rowCount) rows of \(info.tables.map(\.name).joined(separator: ", ")) to \(file)")
@@ -38,8 +39,18 @@ struct ImportCommand: ParsableCommand {
         try reportingErrors {
             var options = StoreOptions()
             options.createIfMissing = create
-            let store = try Store(path: target.store, options: options)
-            let info = try store.importBriefcase(from: file, expectingDataVersion: expectDataVersion)
+            let folderExisted = FileManager.default.fileExists(atPath: target.store)
+            let storeExisted = FileManager.default.fileExists(atPath: target.store + "/data.mdb")
+            let info: BriefcaseInfo
+            do {
+                let store = try Store(path: target.store, options: options)
+                defer { store.close() }
+                info = try store.importBriefcase(from: file, expectingDataVersion: expectDataVersion)
+            } catch {
+                // A store created for this import goes again: a second try must not find it.
+                if !storeExisted { removeCreatedStore(target.store, folderExisted: folderExisted) }
+                throw error
+            }
             print("imported \(info.rowCount) rows of \(info.tables.map(\.name).joined(separator: ", "))")
         }
     }

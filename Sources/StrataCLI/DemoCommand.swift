@@ -28,12 +28,20 @@ struct DemoCommand: ParsableCommand {
     var keep = false
 
     func validate() throws {
+        var isFolder: ObjCBool = false
+        if let path, FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), !isFolder.boolValue {
+            throw ValidationError("--path '\(path)' is a file; give a folder for the demo store")
+        }
         if let path, FileManager.default.fileExists(atPath: path + "/data.mdb") {
             throw ValidationError("'\(path)' already holds a store; the demo needs an empty folder")
         }
     }
 
     func run() throws {
+        try reportingErrors { try runDemo() }
+    }
+
+    private func runDemo() throws {
         let folder = path ?? FileManager.default.temporaryDirectory.appendingPathComponent("strata-demo-\(UUID().uuidString)").path
         defer { if !keep { try? FileManager.default.removeItem(atPath: folder) } }
         let store = try Store(path: folder)

@@ -73,43 +73,95 @@ struct ShowCommand: ParsableCommand {
     @Argument(help: "The table.") var table: String
     @Option(name: .customLong("where"), help: "Only rows whose field equals the value (field=value); repeatable.") var filters: [String] = []
     @Option(help: "Sort by this field (ascending); rows are otherwise in key order.") var sort: String?
-    @Option(help: "Show at most this many rows.") var limit: Int?
+    // `.unconditional`: "-5" is read as this option's value (and refused by validate()), not as
+    // an unknown flag ("Missing value for '--limit'").
+    @Option(parsing: .unconditional, help: "Show at most this many rows.") var limit: Int?
     @Option(name: .customLong("as-of"), help: "Show the table as it was right after this LSN.") var asOf: UInt64?
     @Flag(help: "Include rows deleted locally and not yet uploaded.") var includeDeleted = false
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
         if let limit, limit < 0 { throw ValidationError("--limit cannot be negative") }
-        for f in filters where !f.contains("=") { throw ValidationError("--where takes field=value, not '\(f)'") }
+        for f in filters {
+            guard let eq = f.firstIndex(of: "="), eq != f.startIndex else {
+                throw ValidationError("--where takes field=value, not '\(f)'")
+            }
+        }
+        if sort?.isEmpty == true { throw ValidationError("--sort needs a field name") }
         if asOf == 0 { throw ValidationError("--as-of takes an LSN from 1") }
     }
 
     func run() throws {
         try reportingErrors {
             let store = try target.open()
-            var rows: [Row]
             if let asOf {
                 let last = try store.read { try $0.lastLSN }
                 guard asOf <= last else { throw StrataError(.invalidOperation, "LSN \(asOf) is past the end of the log (\(last))") }
-                let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("strata-asof-\(UUID().uuidString)").path
+                let scratch = Store.newScratchFolder("asof")
                 defer { try? FileManager.default.removeItem(atPath: scratch) }
                 let past = try store.replay(into: scratch, through: asOf)
-                rows = try past.read { try $0.rows(table, includingDeleted: includeDeleted) }
+                defer { past.close() }
+                try list(past)
             } else {
-                rows = try store.read { try $0.rows(table, includingDeleted: includeDeleted) }
+                try list(store)
             }
-            for f in filters {
-                let parts = f.split(separator: "=", maxSplits: 1).map(String.init)
-                let wanted = parseValue(parts.count > 1 ? parts[1] : "")
-                rows = rows.filter { $0[parts[0]] == wanted || ($0[parts[0]].doubleValue != nil && $0[parts[0]].doubleValue == wanted.doubleValue) }
+        }
+    }
+
+    /// Prints the rows of `store`'s table that pass the filters, one at a time: in key order
+    /// (stopping at the limit), or sorted, keeping at most `limit` rows (all of them without a
+    /// limit: sorting needs them).
+    private func list(_ store: Store) throws {
+        try store.read { snap in
+            let known = Set(try snap.fieldNames(table))
+            let conditions = try filters.map { f -> (String, Value) in
+                let parts = f.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+                guard known.contains(parts[0]) else {
+                    throw StrataError(.fieldNotFound, "table '\(table)' has no field '\(parts[0])' (--where); its fields: \(known.sorted().joined(separator: ", "))")
+                }
+                return (parts[0], parseValue(parts[1]))
+            }
+            if let sort, !known.contains(sort) {
+                throw StrataError(.fieldNotFound, "table '\(table)' has no field '\(sort)' (--sort); its fields: \(known.sorted().joined(separator: ", "))")
+            }
+            func passes(_ row: Row) -> Bool {
+                conditions.allSatisfy { field, wanted in
+                    row[field] == wanted || (row[field].doubleValue != nil && row[field].doubleValue == wanted.doubleValue)
+                }
+            }
+            var json = output.json ? JSONArrayPrinter() : nil
+            var printed = 0
+            func emit(_ row: Row) throws {
+                if json != nil { try json!.add(RowJSON(row)) } else { print(describe(row)) }
+                printed += 1
             }
             if let sort {
-                rows.sort { a, b in Self.precedes(a[sort], b[sort]) }
+                // Stable: rows of equal sort values stay in key order.
+                var kept: [(Int, Row)] = []
+                var seen = 0
+                try snap.forEachRow(table, includingDeleted: includeDeleted) { row in
+                    guard passes(row) else { return true }
+                    let value = row[sort]
+                    var low = 0, high = kept.count
+                    while low < high {
+                        let mid = (low + high) / 2
+                        if Self.precedes(value, kept[mid].1[sort]) { high = mid } else { low = mid + 1 }
+                    }
+                    if let limit, low >= limit { return true }
+                    kept.insert((seen, row), at: low)
+                    seen += 1
+                    if let limit, kept.count > limit { kept.removeLast() }
+                    return true
+                }
+                for (_, row) in kept { try emit(row) }
+            } else if limit != 0 {
+                try snap.forEachRow(table, includingDeleted: includeDeleted) { row in
+                    guard passes(row) else { return true }
+                    try emit(row)
+                    return limit.map { printed < $0 } ?? true
+                }
             }
-            if let limit { rows = Array(rows.prefix(limit)) }
-            if output.json { return try printJSON(rows.map(RowJSON.init)) }
-            for row in rows { print(row) }
-            if rows.isEmpty { print("(no rows)") }
+            if let json { json.finish() } else if printed == 0 { print("(no rows)") }
         }
     }
 
@@ -135,8 +187,8 @@ struct LogCommand: ParsableCommand {
     @OptionGroup var target: StoreArgument
     @Option(help: "Only operations on this table.") var table: String?
     @Option(help: "Only operations on this row (needs --table; commas separate a composite key).") var key: String?
-    @Option(help: "From this LSN.") var from: UInt64 = 1
-    @Option(help: "Up to this LSN.") var to: UInt64 = .max
+    @Option(parsing: .unconditional, help: "From this LSN.") var from: UInt64 = 1
+    @Option(parsing: .unconditional, help: "Up to this LSN.") var to: UInt64 = .max
     @Option(help: "Only operations at or after this time (ISO 8601).") var since: String?
     @Option(help: "Only operations at or before this time (ISO 8601).") var until: String?
     @OptionGroup var output: OutputOptions
@@ -154,7 +206,8 @@ struct LogCommand: ParsableCommand {
             let store = try target.open()
             let start = try since.map { try Date($0, strategy: .iso8601) }
             let end = try until.map { try Date($0, strategy: .iso8601) }
-            var entries: [LogEntry] = []
+            // Printed as they are read: memory stays flat however long the log.
+            var json = output.json ? JSONArrayPrinter() : nil
             try store.read { snap in
                 if let table { _ = try snap.schema(table) }
                 let rowKey = key.map(parseKey)
@@ -163,12 +216,11 @@ struct LogCommand: ParsableCommand {
                     if let rowKey, e.key != rowKey { return true }
                     if let start, e.timestamp < start { return true }
                     if let end, e.timestamp > end { return false }
-                    entries.append(e)
+                    if json != nil { try json!.add(EntryJSON(e)) } else { print(describe(e)) }
                     return true
                 }
             }
-            if output.json { return try printJSON(entries.map(EntryJSON.init)) }
-            for e in entries { print(describe(e)) }
+            json?.finish()
         }
     }
 }
@@ -184,24 +236,48 @@ struct HistoryCommand: ParsableCommand {
     @Argument(help: "The row's key (commas separate a composite key).") var key: String
     @OptionGroup var output: OutputOptions
 
-    struct History: Encodable {
-        var operations: [EntryJSON]
-        var blame: [String: UInt64]
+    /// The operation that last set a field.
+    struct Blame: Encodable {
+        var lsn: UInt64
+        var kind: String
+        var origin: String
+        var timestamp: Date
     }
 
     func run() throws {
         try reportingErrors {
             let store = try target.open()
             let rowKey = parseKey(key)
-            let (history, blame) = try store.read { snap in (try snap.history(table, key: rowKey), try snap.blame(table, key: rowKey)) }
-            guard !history.isEmpty else { throw StrataError(.rowNotFound, "table '\(table)' has no row with key \(rowKey), now or ever") }
-            if output.json {
-                return try printJSON(History(operations: history.map(EntryJSON.init), blame: blame.mapValues(\.lsn)))
+            // Operations are printed as they are read, oldest first; the blame (one entry per
+            // field) is folded meanwhile and printed last.
+            var blame: [String: Blame] = [:]
+            var count = 0
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            try store.read { snap in
+                _ = try snap.schema(table)
+                try snap.forEachInHistory(table, key: rowKey) { e in
+                    if count == 0 && output.json { print("{\"operations\": [", terminator: "") }
+                    if output.json {
+                        print(count == 0 ? "\n" : ",\n", terminator: "")
+                        print(String(decoding: try encoder.encode(EntryJSON(e)), as: UTF8.self), terminator: "")
+                    } else {
+                        print(describe(e))
+                    }
+                    count += 1
+                    let who = Blame(lsn: e.lsn, kind: "\(e.kind)", origin: e.origin == .local ? "local" : "server", timestamp: e.timestamp)
+                    for c in e.changes { blame[c.field] = who }
+                    return true
+                }
             }
-            for e in history { print(describe(e)) }
+            guard count > 0 else { throw StrataError(.rowNotFound, "table '\(table)' has no row with key \(rowKey), now or ever") }
+            if output.json {
+                print("\n], \"blame\": " + String(decoding: try encoder.encode(blame.mapValues(\.lsn)), as: UTF8.self) + "}")
+                return
+            }
             print("\nblame:")
             for (field, e) in blame.sorted(by: { $0.key < $1.key }) {
-                print("  \(field): LSN \(e.lsn) (\(e.kind), \(e.origin == .local ? "local" : "server"), \(e.timestamp.formatted(.iso8601)))")
+                print("  \(field): LSN \(e.lsn) (\(e.kind), \(e.origin), \(e.timestamp.formatted(.iso8601)))")
             }
         }
     }
@@ -218,14 +294,17 @@ struct PendingCommand: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            let changes = try SyncClient(store: try target.open()).pendingChanges()
-            if output.json { return try printJSON(changes) }
-            for c in changes {
-                let values = c.values.sorted { $0.key < $1.key }.map { "\($0.key) = \($0.value)" }
-                let originals = c.originals.sorted { $0.key < $1.key }.map { "\($0.key) was \($0.value)" }
+            // Printed as they are read: memory stays flat however many rows are pending.
+            var json = output.json ? JSONArrayPrinter() : nil
+            var count = 0
+            try SyncClient(store: try target.open()).forEachPendingChange { c in
+                count += 1
+                if json != nil { return try json!.add(c) }
+                let values = c.values.sorted { $0.key < $1.key }.map { "\($0.key) = \(displayValue($0.value))" }
+                let originals = c.originals.sorted { $0.key < $1.key }.map { "\($0.key) was \(displayValue($0.value))" }
                 print("\(c.kind) \(c.table) \(c.key): \((values + originals).joined(separator: ", "))")
             }
-            if changes.isEmpty { print("(nothing to upload)") }
+            if let json { json.finish() } else if count == 0 { print("(nothing to upload)") }
         }
     }
 }

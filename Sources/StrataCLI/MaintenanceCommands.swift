@@ -37,8 +37,8 @@ struct CompactCommand: ParsableCommand {
     )
     @OptionGroup var target: StoreArgument
     @OptionGroup var output: OutputOptions
-    @Option(help: "Keep at least this many of the last operations.") var keepOperations: Int?
-    @Option(help: "Keep every operation younger than this many days.") var keepDays: Double?
+    @Option(parsing: .unconditional, help: "Keep at least this many of the last operations.") var keepOperations: Int?
+    @Option(parsing: .unconditional, help: "Keep every operation younger than this many days.") var keepDays: Double?
     @Option(help: "Keep every operation after this LSN.") var keepAfter: UInt64?
     @Flag(help: "Shrink the file afterwards (the store must not be open anywhere else).") var reclaim = false
 
@@ -60,14 +60,23 @@ struct CompactCommand: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let retention = Retention(operations: keepOperations, age: keepDays.map { $0 * 86_400 }, after: keepAfter)
+            // Before anything is changed: --reclaim needs the store closed everywhere else.
+            if reclaim { try Store.checkNotOpen(at: target.store) }
             let report: CompactionReport
             do {
-                // Scoped: the store must be closed before its file is swapped.
                 let store = try target.open()
+                defer { store.close() }  // closed before its file is swapped
                 report = try store.compact(retaining: retention)
             }
             var sizes: (before: Int, after: Int)? = nil
-            if reclaim { sizes = try Store.reclaimSpace(at: target.store) }
+            if reclaim {
+                do {
+                    sizes = try Store.reclaimSpace(at: target.store)
+                } catch let e as StrataError {
+                    // Someone opened it in between: say what was done and what was not.
+                    throw StrataError(e.code, "the compaction was committed (\(report.foldedOperations) operations folded, horizon \(report.horizon)), but the space was not reclaimed: \(e.message)", cause: e.cause)
+                }
+            }
             if output.json {
                 return try printJSON(Report(
                     foldedOperations: report.foldedOperations, horizon: report.horizon, remainingOperations: report.remainingOperations,
@@ -98,7 +107,13 @@ struct VerifyCommand: ParsableCommand {
         var consistent = true
         try reportingErrors {
             let bar = ProgressBar("verifying")
-            let report = try target.open().verify(progress: bar.update)
+            let report: VerifyReport
+            do {
+                report = try target.open().verify(progress: bar.update)
+            } catch let e as StrataError {
+                // verify writes only its scratch store, in the temporary folder.
+                throw Store.diagnosingDiskFull(e, writingIn: FileManager.default.temporaryDirectory.path)
+            }
             consistent = report.isConsistent
             if output.json {
                 try printJSON(Report(consistent: report.isConsistent, operations: report.operations, differences: report.differences.map(\.description)))
@@ -131,6 +146,7 @@ struct ReplayCommand: ParsableCommand {
             var options = StoreOptions()
             options.createIfMissing = false
             let store = try Store(path: source, options: options)
+            defer { store.close() }
             var lsn = UInt64.max
             if let until {
                 if let n = UInt64(until) {
@@ -148,8 +164,20 @@ struct ReplayCommand: ParsableCommand {
                 }
             }
             let bar = ProgressBar("replaying")
-            let replayed = try store.replay(into: destination, through: lsn, progress: bar.update)
-            let count = try replayed.read { try $0.lastLSN }
+            let folderExisted = FileManager.default.fileExists(atPath: destination)
+            let holdsStore = FileManager.default.fileExists(atPath: destination + "/data.mdb")
+            let count: UInt64
+            do {
+                let replayed = try store.replay(into: destination, through: lsn, progress: bar.update)
+                defer { replayed.close() }
+                count = try replayed.read { try $0.lastLSN }
+            } catch {
+                // A failed replay leaves no half-made store behind to refuse the next attempt.
+                // Diagnosed before the cleanup: the diagnosis looks at the file's size.
+                let diagnosed = (error as? StrataError).map { Store.diagnosingDiskFull($0, writingIn: destination) } ?? error
+                if !holdsStore { removeCreatedStore(destination, folderExisted: folderExisted) }
+                throw diagnosed
+            }
             print("replayed \(count) operations into \(destination)")
         }
     }

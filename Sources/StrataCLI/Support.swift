@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Strata
+import Synchronization
 
 /// The store a command works on.
 struct StoreArgument: ParsableArguments {
@@ -8,10 +9,37 @@ struct StoreArgument: ParsableArguments {
     var store: String
 
     /// Opens an existing store; never creates one.
+    ///
+    /// An existing store of the current format opens with read transactions only, so this does
+    /// not wait for an app that is writing. A store that must be written to open (one of an older
+    /// format, migrated on open) waits for the writer at most ``busyTimeout`` and then fails with
+    /// "the store is busy writing", rather than hang with no limit.
     func open() throws -> Store {
         var options = StoreOptions()
         options.createIfMissing = false
-        return try Store(path: store, options: options)
+        return try openWaitingAtMost(StoreArgument.busyTimeout) { [store, options] in try Store(path: store, options: options) }
+    }
+
+    /// How long opening waits for another writer: `STRATA_BUSY_TIMEOUT` seconds, default 10.
+    static var busyTimeout: Double {
+        ProcessInfo.processInfo.environment["STRATA_BUSY_TIMEOUT"].flatMap(Double.init).map { max(0, $0) } ?? 10
+    }
+
+    /// Runs `open` on another thread and waits for it at most `seconds`. When it takes longer
+    /// (it waits for LMDB's writer lock, which has no timeout), the command gives up with `busy`;
+    /// the waiting thread is left behind, and the process exits with the error.
+    private func openWaitingAtMost(_ seconds: Double, _ open: @escaping @Sendable () throws -> Store) throws -> Store {
+        let result = Mutex<Result<Store, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let r = Result { try open() }
+            result.withLock { $0 = r }
+            done.signal()
+        }
+        guard done.wait(timeout: .now() + seconds) == .success, let r = result.withLock({ $0 }) else {
+            throw StrataError(.busy, "the store at '\(store)' is busy writing: another process holds its write lock, and opening it needs a write (it is of an older format); waited \(seconds.formatted()) s, try again later")
+        }
+        return try r.get()
     }
 }
 
@@ -29,14 +57,49 @@ enum Exit {
     static let inconsistent: Int32 = 1
 }
 
-/// Runs a command body; a ``StrataError`` becomes one line on standard error and exit status 2.
+/// Runs a command body; an error becomes one line on standard error and exit status 2: a
+/// ``StrataError`` by its message, a file system error by its description (never a raw
+/// `NSError` dump, and never status 1, which means "verify found differences").
 func reportingErrors(_ body: () throws -> Void) throws {
+    // Scratch stores left behind by a crashed or killed strata (or app) go first.
+    Store.sweepScratchStores()
     do {
         try body()
     } catch let e as StrataError {
         FileHandle.standardError.write(Data("strata: \(e.message)\n".utf8))
         throw ExitCode(Exit.error)
+    } catch let e as ExitCode {
+        throw e
+    } catch let e as ValidationError {
+        throw e
+    } catch {
+        FileHandle.standardError.write(Data("strata: \(error.localizedDescription)\n".utf8))
+        throw ExitCode(Exit.error)
     }
+}
+
+/// Refuses an output path inside a store's folder (at any depth, through symlinks or `..`): a
+/// file written there could replace the store's own files (`export <store> <store>/data.mdb`).
+func refuseInsideAStore(_ output: String, what: String) throws(StrataError) {
+    var folder = URL(fileURLWithPath: output).standardizedFileURL.deletingLastPathComponent()
+    while true {
+        let resolved = folder.resolvingSymlinksInPath().path
+        if FileManager.default.fileExists(atPath: resolved + "/data.mdb") {
+            throw StrataError(.invalidOperation, "the \(what) '\(output)' is inside the store folder '\(resolved)'; write it outside any store (nothing was written)")
+        }
+        if folder.path == "/" || folder.path.isEmpty { return }
+        folder = folder.deletingLastPathComponent()
+    }
+}
+
+/// Removes what a failed command created in `folder`: the store's files, and the folder itself
+/// when the command created it. Used when `import --create` or `replay` fails, so that running
+/// it again does not find an empty store in the way.
+func removeCreatedStore(_ folder: String, folderExisted: Bool) {
+    for name in ["data.mdb", "lock.mdb", "strata.lock"] {
+        try? FileManager.default.removeItem(atPath: folder + "/" + name)
+    }
+    if !folderExisted { try? FileManager.default.removeItem(atPath: folder) }
 }
 
 func printJSON(_ value: some Encodable) throws {
@@ -105,9 +168,58 @@ func parseValue(_ text: String) -> Value {
     return .string(text)
 }
 
+/// Prints a JSON array one element at a time, so that a listing of any length is never held in
+/// memory: `[`, then each element on its own line (compact, keys sorted), then `]`.
+struct JSONArrayPrinter {
+    private let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys]
+        return e
+    }()
+    private var count = 0
+
+    init() { print("[", terminator: "") }
+
+    mutating func add(_ value: some Encodable) throws {
+        print(count == 0 ? "\n" : ",\n", terminator: "")
+        print(String(decoding: try encoder.encode(value), as: UTF8.self), terminator: "")
+        count += 1
+    }
+
+    /// Closes the array.
+    func finish() { print(count == 0 ? "]" : "\n]") }
+}
+
+/// Text output shows at most this many characters of a string (or bytes of a blob).
+let textValueLimit = 200
+
+/// A value for text output: long strings and blobs are cut, with their full size, so that a
+/// 100 MB value prints one line instead of hundreds of megabytes (JSON output keeps it whole).
+func displayValue(_ value: Value) -> String {
+    switch value {
+    case .string(let s) where s.utf8.count > textValueLimit:
+        return "\"\(s.prefix(textValueLimit))…\" (\(s.utf8.count) bytes)"
+    case .bytes(let b) where b.count > textValueLimit / 2:
+        return "0x" + b.prefix(textValueLimit / 4).map { String(format: "%02x", $0) }.joined() + "… (\(b.count) bytes)"
+    default:
+        return "\(value)"
+    }
+}
+
+/// A one-line text rendering of a row, in `Row.description`'s form with long values cut.
+func describe(_ row: Row) -> String {
+    let fields = row.fieldNames.map { f in
+        let current = row[f], original = row.original(f)
+        return current == original || row.status == .inserted
+            ? "\(f): \(displayValue(current))"
+            : "\(f): \(displayValue(original)) → \(displayValue(current))"
+    }
+    return "\(row.table) \(row.key) [\(row.status.rawValue)\(row.isConflicted ? ", conflicted" : "")] {\(fields.joined(separator: ", "))}"
+}
+
 /// A one-line text rendering of a log entry.
 func describe(_ e: LogEntry) -> String {
-    let fields = e.changes.map { c in "\(c.field) = \(c.current)\(c.isChanged ? " (server: \(c.original))" : "")" }
+    let fields = e.changes.map { c in "\(c.field) = \(displayValue(c.current))\(c.isChanged ? " (server: \(displayValue(c.original)))" : "")" }
     let when = e.timestamp.formatted(.iso8601)
     return "\(e.lsn)  \(when)  \(e.origin == .local ? "local " : "server")  \(e.kind)  \(e.table) \(e.key)\(fields.isEmpty ? "" : ": " + fields.joined(separator: ", "))"
 }

@@ -17,6 +17,14 @@ import StrataSync
 //
 //   strata-crash-helper check-readers <store> <max readers>
 //     Opens the store, prints "S <stale reader slots cleared on open>", reads, prints "OK".
+//
+//   strata-crash-helper one-long-row <store> <operations>
+//     Creates a table "t" with one row updated until the log holds <operations> operations on
+//     it (for measuring `strata history` on a long history), prints "OK".
+//
+//   strata-crash-helper wide-row <store> <fields>
+//     Creates a property bag "bag" with one pending row of <fields> fields (for measuring
+//     `strata export` and `strata pending` on a wide row), prints "OK".
 
 let arguments = CommandLine.arguments
 func usage() -> Never {
@@ -43,6 +51,43 @@ if arguments.count == 4, arguments[1] == "read-and-wait" || arguments[1] == "che
         say("R")
         while true { sleep(60) }
     }
+}
+
+if arguments.count == 4, arguments[1] == "one-long-row", let total = Int(arguments[3]) {
+    var options = StoreOptions()
+    options.durability = .noSync
+    let store = try Store(path: arguments[2], options: options)
+    try store.createTable(.fixed("t", fields: [.int("id"), .int("n"), .string("text")]))
+    try store.write { try $0.insert("t", ["id": 1, "n": 0, "text": "a row with a long history"]) }
+    var n = 1
+    while n < total {
+        try store.write { tx in
+            for _ in 0..<min(10_000, total - n) {
+                n += 1
+                try tx.update("t", key: 1, ["n": .int(Int64(n))])
+            }
+        }
+    }
+    try store.flush()
+    say("OK")
+    exit(0)
+}
+
+if arguments.count == 4, arguments[1] == "wide-row", let fields = Int(arguments[3]) {
+    var options = StoreOptions()
+    options.durability = .noSync
+    let store = try Store(path: arguments[2], options: options)
+    try store.createTable(.propertyBag("bag", key: [.int("id")]))
+    try store.write { try $0.insert("bag", ["id": 1]) }
+    var next = 0
+    while next < fields {
+        let chunk = (next..<min(fields, next + 1_000)).map { ("f\($0)", Value.int(Int64($0))) }
+        try store.write { try $0.update("bag", key: 1, FieldValues(chunk)) }
+        next += chunk.count
+    }
+    try store.flush()
+    say("OK")
+    exit(0)
 }
 
 guard arguments.count == 4 || arguments.count == 5, let durability = Durability(rawValue: arguments[2]), var state = UInt64(arguments[3]) else { usage() }
@@ -74,7 +119,11 @@ if let fileLimit {
 let sync = SyncClient(store: store, policy: .clientWins)
 let parts = 5
 var n = try store.read { try $0.row("crash", key: 0)?["txn"].intValue ?? 0 }
-if n == 0 { try store.write { try $0.insert("crash", ["id": 0, "txn": 0, "part": 0, "payload": ""]) } }
+// Checked by the row, not by `n`: a writer killed after creating the counter row but before its
+// first iteration leaves the row with txn 0, and inserting it again would fail.
+if try store.read({ try $0.row("crash", key: 0) }) == nil {
+    try store.write { try $0.insert("crash", ["id": 0, "txn": 0, "part": 0, "payload": ""]) }
+}
 
 /// One iteration of the writer.
 @MainActor func iteration() throws {

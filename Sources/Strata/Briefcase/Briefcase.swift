@@ -83,9 +83,13 @@ enum BriefcaseFormat {
         let stored = withBytes(Array(bytes[body...])) { b in b.loadUnaligned(as: UInt64.self) }
         guard UInt64(littleEndian: stored) == d.value else { throw damaged("checksum mismatch") }
         return try withBytes(Array(bytes[..<body])) { (b) throws(StrataError) in
+          do throws(StrataError) {
             var r = ByteReader(b, offset: magic.count)
             let format = try r.byte()
-            guard format >= 1, format <= version else { throw StrataError(.formatVersion, "the briefcase '\(path)' has format \(format), newer than this Strata reads (\(version))") }
+            if format > version {
+                throw StrataError(.formatVersion, "the briefcase '\(path)' has format \(format), newer than this Strata reads (\(version)); nothing was imported")
+            }
+            guard format >= 1 else { throw damaged("format \(format), which no Strata writes") }
             let n = Int(clamping: try r.varint())
             let info: BriefcaseInfo
             do { info = try JSONDecoder().decode(BriefcaseInfo.self, from: Data(try r.bytes(n))) } catch { throw damaged("unreadable header") }
@@ -112,6 +116,10 @@ enum BriefcaseFormat {
             }
             guard entries.count == info.rowCount else { throw damaged("\(entries.count) rows where the header says \(info.rowCount)") }
             return (info, entries)
+          } catch {
+            // A value that does not decode: the file's fault, not a damaged store.
+            throw error.code == .corruptRecord ? damaged("a value that does not decode: \(error.message)") : error
+          }
         }
     }
 }
@@ -174,6 +182,16 @@ extension Store {
         if let expected = expectingDataVersion, info.dataVersion != expected {
             throw StrataError(.dataVersionMismatch, "the briefcase '\(path)' holds data version \(info.dataVersion.map { "'\($0)'" } ?? "none"), the app expects '\(expected)'; discard it and fetch the data again")
         }
+        do {
+            try importRows(info, entries, from: path, restoringProperties: restoringProperties)
+        } catch let e as StrataError {
+            // The transaction rolled back: say so, with what was wrong.
+            throw StrataError(e.code, "\(e.message); nothing was imported from the briefcase '\(path)'", cause: e.cause)
+        }
+        return info
+    }
+
+    private func importRows(_ info: BriefcaseInfo, _ entries: [BriefcaseFormat.Entry], from path: String, restoringProperties: Bool) throws {
         try write { tx in
             for schema in info.tables {
                 try tx.createTable(schema)
@@ -200,7 +218,6 @@ extension Store {
                 for (name, value) in carried { try tx.setProperty(name, value) }
             }
         }
-        return info
     }
 
     static func readFile(_ path: String) throws(StrataError) -> [UInt8] {

@@ -75,7 +75,9 @@ extension Store {
     ///
     /// - Complexity: O(m + n log n + v) for m operations, n rows and v view entries.
     public func verify(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> VerifyReport {
-        let scratchPath = FileManager.default.temporaryDirectory.appendingPathComponent("strata-verify-\(UUID().uuidString)").path
+        try enterCall()  // fails on a closed Store; counts the call so close() waits for it
+        defer { leaveCall() }
+        let scratchPath = Store.newScratchFolder("verify")
         defer { try? FileManager.default.removeItem(atPath: scratchPath) }
         var options = EnvironmentOptions()
         options.syncMode = .noSync

@@ -21,7 +21,7 @@ extension Store {
             throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
         }
         let fd = try lockFolder(path, exclusive: true)
-        defer { close(fd) }
+        defer { closeDescriptor(fd) }
         let scratch = path + "/reclaim.tmp"
         // A leftover from a reclaim that crashed before its rename: the store itself is intact.
         try? FileManager.default.removeItem(atPath: scratch)
@@ -50,14 +50,21 @@ extension Store {
     /// Opens `strata.lock` in `folder` and takes a shared (open stores) or exclusive
     /// (``reclaimSpace(at:)``, without waiting) `flock` on it. Returns the descriptor holding it.
     static func lockFolder(_ folder: String, exclusive: Bool) throws(StrataError) -> Int32 {
-        let fd = open(folder + "/strata.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        var fd = open(folder + "/strata.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        if fd < 0 && !exclusive && (errno == EACCES || errno == EROFS || errno == EPERM) {
+            // A store this process may only read: a read-only descriptor takes a shared flock as
+            // well; with no lock file at all (and no right to create one), nothing can be locked,
+            // and nothing can be reclaimed by this process either.
+            fd = open(folder + "/strata.lock", O_RDONLY | O_CLOEXEC)
+            if fd < 0 { return -1 }
+        }
         guard fd >= 0 else {
             throw StrataError(.io, "cannot open '\(folder)/strata.lock': \(String(cString: strerror(errno)))")
         }
         while flock(fd, exclusive ? LOCK_EX | LOCK_NB : LOCK_SH) != 0 {
             let error = errno
             if error == EINTR { continue }
-            close(fd)
+            closeDescriptor(fd)
             if error == EWOULDBLOCK {
                 throw StrataError(.busy, "the store at '\(folder)' is open (in this or another process); close every Store on it first")
             }
@@ -78,9 +85,22 @@ extension Store {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0, fsync(fd) == 0 else {
             let message = String(cString: strerror(errno))
-            if fd >= 0 { close(fd) }
+            if fd >= 0 { closeDescriptor(fd) }
             throw StrataError(.io, "cannot sync '\(path)': \(message)")
         }
-        close(fd)
+        closeDescriptor(fd)
+    }
+}
+
+extension Store {
+    /// Throws `busy` when the store in `path` is open, in this process or another (the check of
+    /// ``reclaimSpace(at:)``, without reclaiming anything): lets a caller find out before it
+    /// changes anything that a reclaim would be refused. Another process may open the store
+    /// right after the check; `reclaimSpace` checks again.
+    public static func checkNotOpen(at path: String) throws(StrataError) {
+        guard FileManager.default.fileExists(atPath: path + "/data.mdb") else {
+            throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
+        }
+        closeDescriptor(try lockFolder(path, exclusive: true))
     }
 }

@@ -17,6 +17,8 @@ extension Store {
     /// number to replay.
     @discardableResult
     public func replay(into path: String, through lsn: UInt64 = .max, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Store {
+        try enterCall()  // fails on a closed Store; counts the call so close() waits for it
+        defer { leaveCall() }
         guard !FileManager.default.fileExists(atPath: path + "/data.mdb") else {
             throw StrataError(.io, "'\(path)' already holds a store; replay needs an empty folder")
         }

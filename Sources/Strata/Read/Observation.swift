@@ -70,14 +70,19 @@ extension Store {
     /// after the commit; it may read the store but should return quickly.
     ///
     /// Keep the returned token: the observation ends when it is cancelled or released.
+    ///
+    /// The observation sees the commits of every `Store` of this process on the folder. On a
+    /// closed `Store` (``close()``) it observes nothing.
     public func observe(_ body: @escaping @Sendable (CommitNotification) -> Void) -> ObservationToken {
-        observers.add(body)
+        guard !isClosed else { return ObservationToken {} }
+        return observers.add(body)
     }
 
     /// Every committed write transaction's changes, as an asynchronous sequence. The sequence
-    /// ends when the consuming task is cancelled.
+    /// ends when the consuming task is cancelled; on a closed `Store` (``close()``), at once.
     public func changes() -> AsyncStream<CommitNotification> {
         AsyncStream { continuation in
+            guard !isClosed else { return continuation.finish() }
             let token = observers.add { continuation.yield($0) }
             continuation.onTermination = { _ in token.cancel() }
         }

@@ -38,27 +38,49 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
     public let keyFieldNames: [String]
     let currents: [Value]
     let originals: [Value]
+    /// Where each field is: its table's map of field name → field id (shared by every row of the
+    /// table, not copied), and the field ids of `fieldNames`, ascending. A lookup by name is a
+    /// hash lookup and a binary search, not a scan: a property-bag row may have 100,000 fields.
+    private let tableFieldIDs: [String: Int]
+    private let ids: [Int]
+
+    /// The position of `field` in `fieldNames`.
+    ///
+    /// - Complexity: O(log f) for f fields.
+    private func position(of field: String) -> Int? {
+        guard let id = tableFieldIDs[field] else { return nil }
+        var (low, high) = (0, ids.count)
+        while low < high {
+            let mid = (low + high) / 2
+            if ids[mid] < id { low = mid + 1 } else { high = mid }
+        }
+        return low < ids.count && ids[low] == id ? low : nil
+    }
     let conflictMarks: [Bool]
 
     /// Whether the row has changes the server has not acknowledged.
     public var isPending: Bool { status != .unchanged || isConflicted }
 
     /// The current value of `field`; `null` when the row has no such field.
+    ///
+    /// - Complexity: O(log f) for f fields.
     public subscript(field: String) -> Value {
-        guard let i = fieldNames.firstIndex(of: field) else { return .null }
+        guard let i = position(of: field) else { return .null }
         return currents[i]
     }
 
     /// The value the server last confirmed for `field`: equal to the current value when the field
     /// is unchanged, and `null` for every field of a row inserted on this device.
+    ///
+    /// - Complexity: O(log f) for f fields.
     public func original(_ field: String) -> Value {
-        guard let i = fieldNames.firstIndex(of: field) else { return .null }
+        guard let i = position(of: field) else { return .null }
         return originals[i]
     }
 
     /// Whether `field`'s current value differs from its original.
     public func isChanged(_ field: String) -> Bool {
-        guard let i = fieldNames.firstIndex(of: field) else { return false }
+        guard let i = position(of: field) else { return false }
         return currents[i] != originals[i]
     }
 
@@ -135,11 +157,13 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
             originals[id] = key.values[i]
         }
         var names: [String] = []
+        var ids: [Int] = []
         var cur: [Value] = []
         var orig: [Value] = []
         var conflictMarks: [Bool] = []
         for id in t.fieldNames.indices where !t.dropped.contains(id) && (!t.isPropertyBag || t.definitions[id] != nil || currents[id] != nil) {
             names.append(t.fieldNames[id])
+            ids.append(id)
             conflictMarks.append(marks[id])
             cur.append(currents[id] ?? .null)
             orig.append(inserted ? .null : (originals[id] ?? .null))
@@ -154,5 +178,23 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
         self.currents = cur
         self.originals = orig
         self.conflictMarks = conflictMarks
+        self.tableFieldIDs = t.fieldIDs
+        self.ids = ids
+    }
+
+    // Equality and hashing over what the row holds; the lookup structures follow from it.
+    public static func == (a: Row, b: Row) -> Bool {
+        a.table == b.table && a.key == b.key && a.status == b.status && a.isConflicted == b.isConflicted
+            && a.lastLSN == b.lastLSN && a.fieldNames == b.fieldNames && a.keyFieldNames == b.keyFieldNames
+            && a.currents == b.currents && a.originals == b.originals
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(table)
+        hasher.combine(key)
+        hasher.combine(lastLSN)
+        hasher.combine(fieldNames)
+        hasher.combine(currents)
+        hasher.combine(originals)
     }
 }

@@ -72,6 +72,28 @@ extension SyncClient {
         try store.read { try uploadOrder($0, excluding: []) }
     }
 
+    /// Calls `body` with each change ``pendingChanges()`` returns, in the same order, one at a
+    /// time: memory stays flat however many rows are pending (the pending rows are read twice,
+    /// once for inserts and updates and once for deletes, which go last).
+    ///
+    /// - Complexity: O(p log n) for p pending rows.
+    public func forEachPendingChange(_ body: (RowChange) throws -> Void) throws {
+        try store.read { snap in
+            let rejected = Set(try Self.rejected(snap).map { Self.rowID($0.table, $0.key) })
+            let order = try BatchingRules.tableOrder(snap.tables.map(\.name), associations)
+            for (tables, deletes) in [(order, false), (order.reversed(), true)] {
+                for table in tables {
+                    try snap.forEachPendingRow(table) { row in
+                        guard !row.isConflicted, !rejected.contains(Self.rowID(row.table, row.key)),
+                              let c = BatchingRules.change(for: row), (c.kind == .delete) == deletes else { return true }
+                        try body(c)
+                        return true
+                    }
+                }
+            }
+        }
+    }
+
     /// The change of every pending row that may go up — not conflicted, not set aside, not in
     /// `excluding` — coalesced and ordered by the batching rules.
     private func uploadOrder(_ snap: Snapshot, excluding: Set<RowID>) throws -> [RowChange] {

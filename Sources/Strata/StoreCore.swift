@@ -1,0 +1,284 @@
+import Foundation
+import LMDB
+import Synchronization
+
+/// The opened state of one store folder, shared by every ``Store`` object of this process that
+/// opened it: the LMDB environment, its database handles, the catalog cache, the observers and
+/// the shared `flock` on `strata.lock`.
+///
+/// LMDB's locks belong to the process: a second `mdb_env_open` of the same files in one process,
+/// or closing one, drops the locks the first relies on (lost commits, corrupted pages; see
+/// LMDB-NOTES, "Open an environment once per process"). So a folder is opened once per process:
+/// ``StoreRegistry`` hands every `Store(path:)` of an open folder this same object and closes it
+/// when the last `Store` over it is closed or released.
+///
+/// Everything mutable that belongs to a store (rather than to one `Store` object) lives here.
+final class StoreCore: @unchecked Sendable {
+    // @unchecked: `users` is only touched by ``StoreRegistry`` with its lock held; everything
+    // else is immutable or synchronized itself.
+    /// The folder as the first opener named it.
+    let path: String
+    /// The options of the first opener; later opens share them.
+    let options: StoreOptions
+    let identity: FolderIdentity
+    /// The identity of `data.mdb` while this core has it open. The environment keeps the file
+    /// open, so no other file can get this inode meanwhile: the registry compares it to tell a
+    /// folder that was deleted and recreated (and happens to reuse the folder's inode) from the
+    /// folder this core opened.
+    let dataFile: FolderIdentity
+    let clientID: String
+    let env: Environment
+    let views: Views
+    /// The catalog last seen; every transaction checks its version against `meta`.
+    let cachedCatalog: Mutex<Catalog>
+    let observers = Observers()
+    /// Shared `flock` on `strata.lock` in the store's folder, held while the store is open, so
+    /// that ``Store/reclaimSpace(at:)`` can tell that nobody has it open.
+    private let lockFD: Int32
+    /// The `Store` objects over this core (``StoreRegistry`` counts them under its lock).
+    var users = 0
+    /// Whether the store's files cannot be written by this process, so it was opened read-only.
+    let isReadOnly: Bool
+    /// The view changes committed but not yet checkpointed, as of the newest commit (see
+    /// `Checkpoint.swift`).
+    let overlay = PublishedOverlay(.empty(at: 0))
+    /// Whether this process committed a write to the store: only then does closing it
+    /// checkpoint. A process that only reads never takes the writer's lock, even to close.
+    let hasWritten = Atomic<Bool>(false)
+    /// Whether ``shutdown()`` ran (the descriptor and the environment are closed).
+    private let isShutDown = Atomic<Bool>(false)
+
+    /// Opens the store in `path` (which exists): takes the shared folder lock, opens the
+    /// environment, and reads (or initializes, or migrates) the store. Frees everything it took
+    /// on any failure.
+    init(path: String, identity: FolderIdentity, options: StoreOptions) throws(StrataError) {
+        self.path = path
+        self.options = options
+        self.identity = identity
+        // Files this process cannot write (a store copied off a device, a read-only mount, another
+        // user's store): open read-only, so it can still be inspected.
+        let writable = { (file: String) in access(path + "/" + file, W_OK) == 0 || (errno == ENOENT && access(path, W_OK) == 0) }
+        isReadOnly = FileManager.default.fileExists(atPath: path + "/data.mdb") && !(writable("data.mdb") && writable("lock.mdb"))
+        lockFD = try Store.lockFolder(path, exclusive: false)
+        // A reclaim holds the lock exclusively while it runs, so with the shared lock held none
+        // runs: a `reclaim.tmp` here is the leftover of one that was killed.
+        if FileManager.default.fileExists(atPath: path + "/reclaim.tmp") {
+            try? FileManager.default.removeItem(atPath: path + "/reclaim.tmp")
+        }
+        var envOptions = EnvironmentOptions()
+        envOptions.mapSize = options.initialMapSize
+        envOptions.maxReaders = options.maxReaders
+        envOptions.syncMode = options.durability.syncMode
+        envOptions.maxDatabases = 16
+        if isReadOnly {
+            envOptions.readOnly = true
+            // LMDB needs a writable lock.mdb to register readers; without one it can only run
+            // lock-free, which is safe while nobody writes (see `Store.isReadOnly`).
+            envOptions.noLock = !writable("lock.mdb")
+        }
+        do {
+            env = try Environment(path: path, options: envOptions)
+        } catch {
+            closeDescriptor(lockFD)
+            throw StrataError(.io, "cannot open the store at '\(path)': \(error.message)", cause: error)
+        }
+        let opened: (Views, String, Catalog)
+        do {
+            try StoreCore.checkFileLength(env, path: path)
+            opened = try StoreCore.open(env, path: path, readOnly: isReadOnly)
+            dataFile = try FolderIdentity(of: path + "/data.mdb")
+        } catch {
+            env.close()
+            closeDescriptor(lockFD)
+            throw error
+        }
+        (views, clientID) = (opened.0, opened.1)
+        cachedCatalog = Mutex(opened.2)
+    }
+
+    deinit {
+        // A core is shut down by the registry when its last Store goes; this covers a core that
+        // never made it into the registry.
+        if !isShutDown.load(ordering: .acquiring) { closeDescriptor(lockFD) }
+    }
+
+    /// Closes the environment, then releases the folder lock. Called by the registry, under its
+    /// lock, once no `Store` uses this core any more: nothing can open the folder meanwhile.
+    func shutdown() {
+        guard !isShutDown.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        // The log holds everything; this only spares the next open the fold of the tail.
+        try? checkpointOnClose()
+        env.close()
+        closeDescriptor(lockFD)
+    }
+
+    /// Writes a non-empty overlay into the views when this process wrote to the store.
+    private func checkpointOnClose() throws {
+        let version = overlay.current
+        guard !version.isEmpty, !isReadOnly, hasWritten.load(ordering: .relaxed) else { return }
+        try Store.mappingStorageErrors {
+            try env.write { txn in
+                // Only if the overlay still completes the store: another process may have
+                // written or checkpointed since.
+                let end = try txn.lastLSN(in: views)
+                let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? end
+                guard version.lsn == end, version.base <= viewsLSN, viewsLSN < end else { return }
+                try Checkpoint.write(version, into: txn, views)
+                try txn.setMeta(MetaKey.viewsLSN, end, in: views)
+            }
+        }
+    }
+
+    /// Refuses a file shorter than its own last page says: LMDB maps the file and would read
+    /// past its end (a SIGBUS, not an error) at the first touch of a missing page.
+    private static func checkFileLength(_ env: Environment, path: String) throws(StrataError) {
+        let size = try Store.fileSize(path + "/data.mdb")
+        guard size >= env.usedBytes else {
+            throw StrataError(.corruptRecord, "the store's file '\(path)/data.mdb' is truncated: it holds \(size) bytes, but its pages reach \(env.usedBytes); restore it from a copy")
+        }
+    }
+
+    /// Opens the databases and reads the client id and catalog. An existing store of the current
+    /// format is opened with read transactions only, so opening never waits for a writer (an app
+    /// in the middle of a long write, in this process or another). A new store, or one of an
+    /// older format, needs one write transaction to initialize or migrate it.
+    private static func open(_ env: Environment, path: String, readOnly: Bool) throws(StrataError) -> (Views, String, Catalog) {
+        if let current = try openCurrent(env, path: path) { return current }
+        if readOnly {
+            throw StrataError(.io, "the store at '\(path)' must be written to open (it is new or of an older format), but its files are read-only to this process")
+        }
+        return try Store.asStrataError {
+            try env.write { txn in
+                let views = try Views.open(txn)
+                let format = try txn.metaUInt64(MetaKey.format, in: views)
+                switch format {
+                case nil:
+                    if try txn.lastLSN(in: views) != 0 {
+                        throw StrataError(.formatVersion, "the store at '\(path)' has a log but no format version; it was not written by Strata")
+                    }
+                    try txn.setMeta(MetaKey.format, Store.formatVersion, in: views)
+                    try txn.setMeta(MetaKey.clientID, Array(UUID().uuidString.utf8), in: views)
+                    try txn.setMeta(MetaKey.catalog, try Catalog().encoded(), in: views)
+                    try txn.setMeta(MetaKey.catalogVersion, 0, in: views)
+                    try txn.setMeta(MetaKey.viewsLSN, 0, in: views)
+                case let v? where v > Store.formatVersion:
+                    throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), newer than this Strata reads (\(Store.formatVersion)); upgrade Strata to open it")
+                case let v? where v < Store.formatVersion:
+                    try Migration.upgrade(from: v, txn, views, path: path)
+                default: break
+                }
+                guard let id = try txn.meta(MetaKey.clientID, in: views) else {
+                    throw StrataError(.corruptRecord, "the store at '\(path)' has no client id")
+                }
+                return (views, String(decoding: id, as: UTF8.self), try Store.loadCatalog(txn, views))
+            }
+        }
+    }
+
+    /// The read-only way in: `nil` when the store is not an initialized store of the current
+    /// format (a database missing, no format, an older format), which the write path handles.
+    private static func openCurrent(_ env: Environment, path: String) throws(StrataError) -> (Views, String, Catalog)? {
+        func database(_ name: String) throws(StrataError) -> Database? {
+            do {
+                return try env.openDatabase(name, create: false)
+            } catch let error as LMDBError where error.code == LMDBError.notFound {
+                return nil
+            } catch let error as LMDBError {
+                throw StrataError.storage(error)
+            } catch {
+                throw StrataError(.storage, "\(error)")
+            }
+        }
+        let n = Views.names
+        guard let log = try database(n.log), let rows = try database(n.rows), let pending = try database(n.pending),
+              let gone = try database(n.gone), let index = try database(n.index), let view = try database(n.view),
+              let base = try database(n.base), let meta = try database(n.meta)
+        else { return nil }
+        let views = Views(log: log, rows: rows, pending: pending, gone: gone, index: index, view: view, base: base, meta: meta)
+        return try Store.asStrataError {
+            try env.read { txn -> (Views, String, Catalog)? in
+                let format = try txn.metaUInt64(MetaKey.format, in: views)
+                if let format, format > Store.formatVersion {
+                    throw StrataError(.formatVersion, "the store at '\(path)' has format \(format), newer than this Strata reads (\(Store.formatVersion)); upgrade Strata to open it")
+                }
+                guard format == Store.formatVersion, let id = try txn.meta(MetaKey.clientID, in: views) else { return nil }
+                return (views, String(decoding: id, as: UTF8.self), try Store.loadCatalog(txn, views))
+            }
+        }
+    }
+}
+
+/// A file or folder's device and inode: what identifies it whatever path names it (symlinks,
+/// `..`, relative paths).
+struct FolderIdentity: Hashable, Sendable {
+    let device: UInt64
+    let inode: UInt64
+
+    init(of path: String) throws(StrataError) {
+        var st = stat()
+        guard stat(path, &st) == 0 else {
+            throw StrataError(.io, "cannot stat '\(path)': \(String(cString: strerror(errno)))")
+        }
+        device = UInt64(st.st_dev)
+        inode = UInt64(st.st_ino)
+    }
+}
+
+/// The stores open in this process, by folder identity. Opening and closing run under one lock,
+/// so a folder's environment is never opened while another of its environments is still open or
+/// closing.
+final class StoreRegistry: @unchecked Sendable {
+    // @unchecked: `open` and every core's `users` are only touched with `lock` held.
+    static let shared = StoreRegistry()
+
+    private let lock = NSLock()
+    private var open: [FolderIdentity: StoreCore] = [:]
+
+    /// The core of the store in `path` (an existing folder): the open one, counted once more,
+    /// or a newly opened one.
+    ///
+    /// Opening runs under the registry's lock. It takes no write transaction for an existing
+    /// store of the current format, so it does not wait for writers.
+    func acquire(path: String, options: StoreOptions) throws(StrataError) -> StoreCore {
+        lock.lock()
+        defer { lock.unlock() }
+        let identity = try FolderIdentity(of: path)
+        if let core = open[identity] {
+            if (try? FolderIdentity(of: path + "/data.mdb")) == core.dataFile {
+                core.users += 1
+                return core
+            }
+            // The folder that core opened was deleted, and this one reuses its inode: the old
+            // core stays with its users, but is no longer found by path.
+            open[identity] = nil
+        }
+        let core = try StoreCore(path: path, identity: identity, options: options)
+        core.users = 1
+        open[identity] = core
+        return core
+    }
+
+    /// One `Store` over `core` is done with it; the last one closes it, before any other open of
+    /// the folder can start.
+    func release(_ core: StoreCore) {
+        lock.lock()
+        defer { lock.unlock() }
+        core.users -= 1
+        guard core.users == 0 else { return }
+        if open[core.identity] === core { open[core.identity] = nil }
+        core.shutdown()
+    }
+
+    /// Whether this process has the store in the folder at `path` open.
+    func isOpen(_ path: String) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let identity = try? FolderIdentity(of: path), let core = open[identity] else { return false }
+        return (try? FolderIdentity(of: path + "/data.mdb")) == core.dataFile
+    }
+}
+
+/// `close(2)` under a name that `Store.close()` does not shadow inside `Store`'s extensions.
+func closeDescriptor(_ fd: Int32) {
+    _ = close(fd)
+}
