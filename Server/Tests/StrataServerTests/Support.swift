@@ -1,0 +1,202 @@
+import Foundation
+import Strata
+import StrataSync
+import Testing
+
+/// The PostgreSQL that the tests use, from `STRATA_TEST_PG_URL` (`.ci/run` sets it, after
+/// `Server/Scripts/start-postgres.sh`): postgres://postgres@127.0.0.1:5432/strata.
+let pgURL = ProcessInfo.processInfo.environment["STRATA_TEST_PG_URL"]
+let pgAvailable = pgURL != nil
+
+/// A folder next to the test binary, where the build put `strata-server`.
+func productsFolder() -> URL {
+    var dir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    while dir.pathExtension == "xctest" || dir.lastPathComponent == "MacOS" || dir.lastPathComponent == "Contents" {
+        dir.deleteLastPathComponent()
+    }
+    return dir
+}
+
+let tablesFile: String = {
+    // Server/Tests/StrataServerTests/Support.swift → Server/Examples/tables.json
+    URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Examples/tables.json").path
+}()
+
+/// Runs a program to completion; returns its status and output.
+@discardableResult
+func run(_ path: String, _ arguments: [String], environment: [String: String] = [:]) throws -> (status: Int32, out: String, err: String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: path)
+    p.arguments = arguments
+    p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    let out = Pipe(), err = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    try p.run()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+}
+
+/// A database of its own for one test, dropped afterwards.
+final class TestDatabase: @unchecked Sendable {   // immutable after init
+    let name: String
+    let url: String
+    private let admin: String
+
+    init() throws {
+        admin = pgURL!
+        name = "strata_test_\(UUID().uuidString.prefix(8).lowercased())"
+        var c = URLComponents(string: admin)!
+        c.path = "/\(name)"
+        url = c.string!
+        try psql(admin, "CREATE DATABASE \(name)")
+    }
+
+    deinit { _ = try? psql(admin, "DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+
+    /// Runs SQL; returns the rows, one line each, columns separated by `|`.
+    @discardableResult
+    func sql(_ statement: String) throws -> String { try psql(url, statement) }
+
+    /// Everything the server stores about rows and batches, to compare before and after.
+    func state() throws -> String {
+        try sql("SELECT tbl, key, fields, deleted, version FROM strata_rows ORDER BY tbl, key")
+            + (try sql("SELECT id, client_id, ack FROM strata_batches ORDER BY id"))
+            + (try sql("SELECT last_value FROM strata_version"))
+    }
+
+    func token(for clientID: String) throws -> String {
+        let r = try run(productsFolder().appendingPathComponent("strata-server").path, ["token", "create", "--database-url", url, "--client-id", clientID])
+        guard r.status == 0 else { throw TestFailure("token create failed: \(r.err)") }
+        return r.out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+@discardableResult
+func psql(_ url: String, _ statement: String) throws -> String {
+    let r = try run("/usr/bin/psql", [url, "-v", "ON_ERROR_STOP=1", "-tA", "-c", statement])
+    guard r.status == 0 else { throw TestFailure("psql failed: \(r.err)") }
+    return r.out
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+/// A `strata-server` process on a free loopback port, killed when the test is done with it.
+final class ServerProcess: @unchecked Sendable {   // `process` is only touched by the test's task
+    let process = Process()
+    private(set) var port = 0
+    var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
+    let database: TestDatabase
+
+    init(_ database: TestDatabase, port: Int = 0, environment: [String: String] = [:]) throws {
+        self.database = database
+        process.executableURL = productsFolder().appendingPathComponent("strata-server")
+        process.arguments = ["--database-url", database.url, "--tables", tablesFile, "--port", String(port)]
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.standardError
+        try process.run()
+        // Wait (bounded) for the line that names the port.
+        var seen = Data()
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            seen += chunk
+            let text = String(decoding: seen, as: UTF8.self)
+            if let r = text.range(of: "listening on http://127.0.0.1:"), let line = text[r.upperBound...].split(separator: "\n").first, let p = Int(line) {
+                self.port = p
+                return
+            }
+        }
+        process.terminate()
+        throw TestFailure("strata-server did not start: \(String(decoding: seen, as: UTF8.self))")
+    }
+
+    /// SIGKILL: no chance to finish anything.
+    func kill() {
+        guard process.isRunning else { return }
+        Foundation.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    deinit { kill() }
+}
+
+/// A transport that records every batch and its acknowledgement, to build the model of what
+/// the server accepted.
+final class RecordingTransport: SyncTransport, @unchecked Sendable {   // `log` is behind the lock
+    let inner: any SyncTransport
+    private let lock = NSLock()
+    private var log: [(Batch, BatchAck)] = []
+
+    init(_ inner: any SyncTransport) { self.inner = inner }
+
+    func pull(since anchor: String?) async throws -> ServerDelta { try await inner.pull(since: anchor) }
+
+    func push(_ batch: Batch) async throws -> BatchAck {
+        let ack = try await inner.push(batch)
+        lock.withLock { log.append((batch, ack)) }
+        return ack
+    }
+
+    func take() -> [(Batch, BatchAck)] { lock.withLock { defer { log = [] }; return log } }
+}
+
+let tasks = TableSchema.fixed("tasks", primaryKey: ["id"], fields: [
+    .int("id"), .string("title"), .int("priority", default: 0), .bool("done", default: false), .string("notes", nullable: true),
+])
+
+/// A new store with the `tasks` table, in a temporary folder removed by `cleanup`.
+func makeStore() throws -> (Store, String) {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-server-test-\(UUID().uuidString)").path
+    var options = StoreOptions()
+    options.durability = .noSync
+    let store = try Store(path: path, options: options)
+    try store.createTable(tasks)
+    // A client holds every table the server serves (Examples/tables.json).
+    try store.createTable(.propertyBag("settings", key: [.string("name")]))
+    return (store, path)
+}
+
+/// A small deterministic generator (SplitMix64), seeded from `STRATA_SEED` or at random, with
+/// the seed printed so that a failure can be replayed.
+struct Random {
+    var state: UInt64
+    init(_ name: String) {
+        let seed = ProcessInfo.processInfo.environment["STRATA_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64.max)
+        print("\(name): seed \(seed) (replay with STRATA_SEED=\(seed))")
+        state = seed
+    }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
+}
+
+/// The server's rows of `tasks`, through a snapshot pull: "key sorted-fields" lines.
+func serverRows(_ server: URL, token: String) async throws -> [String] {
+    let delta = try await HTTPSyncTransport(server: server, token: token, pageSize: 7).pull(since: nil)
+    return (delta.tables.first { $0.table == "tasks" }?.upserts ?? []).map { row in
+        let key = row.fields["id"]!
+        return "\(RowKey([key])) \(row.fields.filter { $0.key != "id" && !$0.value.isNull }.sorted { $0.key < $1.key })"
+    }.sorted()
+}
+
+/// A store's rows of `tasks` in the same form.
+func storeRows(_ store: Store) throws -> [String] {
+    try store.read { try $0.rows("tasks") }.map { row in
+        "\(row.key) \(row.values.filter { $0.key != "id" && !$0.value.isNull }.sorted { $0.key < $1.key })"
+    }.sorted()
+}
