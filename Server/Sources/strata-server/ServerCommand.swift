@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import PostgresNIO
+import Strata
 
 /// `strata-server`: the reference sync server, and its admin commands.
 @main
@@ -91,12 +92,24 @@ extension ServerCommand {
             static let configuration = CommandConfiguration(
                 abstract: "Make a token for a client id and print it (only its hash is stored).")
             @OptionGroup var database: DatabaseOptions
-            @Option(help: "The client id the token stands for (the store's client id, as `strata info` shows it).")
-            var clientID: String
+            @Option(help: "The client id the token stands for (a store's client id, as `strata info` shows it).")
+            var clientID: String?
+            @Option(help: "A store on this machine whose client id the token stands for (instead of --client-id).")
+            var store: String?
+
+            func validate() throws {
+                guard (clientID == nil) != (store == nil) else { throw ValidationError("give either --client-id or --store") }
+            }
 
             func run() async throws {
-                let id = clientID
-                let token = try await database.withDatabase(tables: TableConfig(tables: [])) { try await $0.createToken(clientID: id) }
+                var id = clientID ?? ""
+                if let store {
+                    var options = StoreOptions()
+                    options.createIfMissing = false
+                    id = try Store(path: store, options: options).clientID
+                }
+                let client = id
+                let token = try await database.withDatabase(tables: TableConfig(tables: [])) { try await $0.createToken(clientID: client) }
                 print(token)
             }
         }

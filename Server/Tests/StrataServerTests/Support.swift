@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Strata
 import StrataSync
 import Testing
@@ -94,10 +97,10 @@ final class ServerProcess: @unchecked Sendable {   // `process` is only touched 
     var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
     let database: TestDatabase
 
-    init(_ database: TestDatabase, port: Int = 0, environment: [String: String] = [:]) throws {
+    init(_ database: TestDatabase, port: Int = 0, arguments: [String] = [], environment: [String: String] = [:]) throws {
         self.database = database
         process.executableURL = productsFolder().appendingPathComponent("strata-server")
-        process.arguments = ["--database-url", database.url, "--tables", tablesFile, "--port", String(port)]
+        process.arguments = ["--database-url", database.url, "--tables", tablesFile, "--port", String(port)] + arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         let out = Pipe()
         process.standardOutput = out
@@ -162,6 +165,7 @@ func makeStore() throws -> (Store, String) {
     let store = try Store(path: path, options: options)
     try store.createTable(tasks)
     // A client holds every table the server serves (Examples/tables.json).
+    try store.createTable(.fixed("comments", primaryKey: ["id"], fields: [.int("id"), .int("task"), .string("text")]))
     try store.createTable(.propertyBag("settings", key: [.string("name")]))
     return (store, path)
 }
@@ -199,4 +203,14 @@ func storeRows(_ store: Store) throws -> [String] {
     try store.read { try $0.rows("tasks") }.map { row in
         "\(row.key) \(row.values.filter { $0.key != "id" && !$0.value.isNull }.sorted { $0.key < $1.key })"
     }.sorted()
+}
+
+/// Sends one raw request; returns the status and the body.
+func request(_ method: String, _ url: URL, token: String?, body: Data? = nil) async throws -> (status: Int, body: String) {
+    var r = URLRequest(url: url)
+    r.httpMethod = method
+    r.httpBody = body
+    if let token { r.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+    let (data, response) = try await URLSession.shared.data(for: r)
+    return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
 }
