@@ -162,8 +162,8 @@ extension Database {
             results.append(.ok(change.table, change.key, newKey: newKey))
         }
 
+        try await c.query("SELECT pg_advisory_xact_lock(\(Self.versionLock))", logger: logger)
         if !written.isEmpty {
-            try await c.query("SELECT pg_advisory_xact_lock(\(Self.versionLock))", logger: logger)
             let ids = written.keys.sorted { ($0[0], $0[1]) < ($1[0], $1[1]) }
             func encoded(_ id: [String]) throws -> String { String(decoding: try WireFormat.encode(rows[id]!.fields), as: UTF8.self) }
             let old = ids.filter { rows[$0]!.exists }
@@ -194,7 +194,9 @@ extension Database {
         }
         let ack = BatchAck(batchID: batch.id, results: results)
         let text = String(decoding: try WireFormat.encode(ack), as: UTF8.self)
-        try await c.query("UPDATE strata_batches SET ack = \(text) WHERE id = \(batch.id)", logger: logger)
+        try await c.query("""
+            UPDATE strata_batches SET ack = \(text), seq = nextval('strata_batch_order') WHERE id = \(batch.id)
+            """, logger: logger)
         return ack
     }
 }

@@ -11,7 +11,7 @@ import StrataSync
 /// - `strata_rows`: one row per (table, key) with its fields (wire-format JSON), a tombstone flag
 ///   and the version of its last change, drawn from the one sequence `strata_version`.
 /// - `strata_batches`: the acknowledgement of every batch id applied, written in the batch's own
-///   transaction.
+///   transaction, and the order the batches committed in (`seq`).
 /// - `strata_tokens`: SHA-256 of each bearer token and the client id it stands for.
 /// - `strata_meta`: the schema version, the tables file last started with, and the horizon (the
 ///   oldest anchor still served after tombstones were pruned).
@@ -20,7 +20,7 @@ struct Database: Sendable {
     let tables: TableConfig
     let logger: Logger
 
-    static let schemaVersion = 1
+    static let schemaVersion = 2
     /// The advisory lock under which versions are drawn and committed (see `apply`).
     static let versionLock: Int64 = 0x5354_5241_5441
     static let migrationLock: Int64 = 0x5354_5241_5442
@@ -65,6 +65,9 @@ struct Database: Sendable {
                       created_at timestamptz NOT NULL DEFAULT now())
                     """,
                     "CREATE TABLE IF NOT EXISTS strata_meta (name text PRIMARY KEY, value text NOT NULL)",
+                    // Schema 1 → 2: the order in which batches committed, for audits and tests.
+                    "CREATE SEQUENCE IF NOT EXISTS strata_batch_order",
+                    "ALTER TABLE strata_batches ADD COLUMN IF NOT EXISTS seq bigint",
                     "INSERT INTO strata_meta VALUES ('horizon', '0') ON CONFLICT DO NOTHING",
                 ] {
                     try await c.query(sql, logger: logger)

@@ -49,8 +49,8 @@ final class TestDatabase: @unchecked Sendable {   // immutable after init
     let url: String
     private let admin: String
 
-    init() throws {
-        admin = pgURL!
+    init(admin: String = pgURL!) throws {
+        self.admin = admin
         name = "strata_test_\(UUID().uuidString.prefix(8).lowercased())"
         var c = URLComponents(string: admin)!
         c.path = "/\(name)"
@@ -80,9 +80,14 @@ final class TestDatabase: @unchecked Sendable {   // immutable after init
 
 @discardableResult
 func psql(_ url: String, _ statement: String) throws -> String {
-    let r = try run("/usr/bin/psql", [url, "-v", "ON_ERROR_STOP=1", "-tA", "-c", statement])
-    guard r.status == 0 else { throw TestFailure("psql failed: \(r.err)") }
-    return r.out
+    // A test that restarts PostgreSQL may find it down for a moment: wait (bounded).
+    for _ in 0..<100 {
+        let r = try run("/usr/bin/psql", [url, "-v", "ON_ERROR_STOP=1", "-tA", "-c", statement])
+        if r.status == 0 { return r.out }
+        guard r.err.contains("connection to server") else { throw TestFailure("psql failed: \(r.err)") }
+        Thread.sleep(forTimeInterval: 0.1)
+    }
+    throw TestFailure("PostgreSQL at \(url) stayed unreachable")
 }
 
 struct TestFailure: Error, CustomStringConvertible {
@@ -91,16 +96,25 @@ struct TestFailure: Error, CustomStringConvertible {
 }
 
 /// A `strata-server` process on a free loopback port, killed when the test is done with it.
-final class ServerProcess: @unchecked Sendable {   // `process` is only touched by the test's task
-    let process = Process()
+final class ServerProcess: @unchecked Sendable {   // used by one task at a time
+    private(set) var process = Process()
+    private let environment: [String: String]
+    private let extra: [String]
     private(set) var port = 0
     var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
     let database: TestDatabase
 
     init(_ database: TestDatabase, port: Int = 0, arguments: [String] = [], environment: [String: String] = [:]) throws {
         self.database = database
+        self.environment = environment
+        self.extra = arguments
+        try start(port: port)
+    }
+
+    private func start(port: Int) throws {
+        process = Process()
         process.executableURL = productsFolder().appendingPathComponent("strata-server")
-        process.arguments = ["--database-url", database.url, "--tables", tablesFile, "--port", String(port)] + arguments
+        process.arguments = ["--database-url", database.url, "--tables", tablesFile, "--port", String(port)] + extra
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         let out = Pipe()
         process.standardOutput = out
@@ -121,6 +135,17 @@ final class ServerProcess: @unchecked Sendable {   // `process` is only touched 
         }
         process.terminate()
         throw TestFailure("strata-server did not start: \(String(decoding: seen, as: UTF8.self))")
+    }
+
+    /// Starts it again on the same port.
+    func restart() throws {
+        kill()
+        var last: (any Error)?
+        // The port may take a moment to be free again.
+        for _ in 0..<20 {
+            do { return try start(port: port) } catch { last = error; Thread.sleep(forTimeInterval: 0.1) }
+        }
+        throw last!
     }
 
     /// SIGKILL: no chance to finish anything.
@@ -213,4 +238,97 @@ func request(_ method: String, _ url: URL, token: String?, body: Data? = nil) as
     if let token { r.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
     let (data, response) = try await URLSession.shared.data(for: r)
     return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
+}
+
+/// Whether, and how often, ``DroppingTransport`` loses responses.
+final class DropSwitch: @unchecked Sendable {   // guarded by `lock`
+    private let lock = NSLock()
+    private var _enabled = true
+    private var _dropped = 0
+    private var state: UInt64 = 1
+    var enabled: Bool {
+        get { lock.withLock { _enabled } }
+        set { lock.withLock { _enabled = newValue } }
+    }
+    var seed: UInt64 {
+        get { lock.withLock { state } }
+        set { lock.withLock { state = newValue } }
+    }
+    var dropped: Int { lock.withLock { _dropped } }
+    /// One draw in four drops, while enabled.
+    func drop() -> Bool {
+        lock.withLock {
+            guard _enabled else { return false }
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            let hit = (state >> 33) % 4 == 0
+            if hit { _dropped += 1 }
+            return hit
+        }
+    }
+}
+
+/// Loses responses after the server handled the request: the test hook for "the response was
+/// dropped after the server committed".
+struct DroppingTransport: SyncTransport {
+    let inner: HTTPSyncTransport
+    let drops: DropSwitch
+    init(_ inner: HTTPSyncTransport, _ drops: DropSwitch) {
+        self.inner = inner
+        self.drops = drops
+    }
+    func pull(since anchor: String?) async throws -> ServerDelta {
+        let delta = try await inner.pull(since: anchor)
+        if drops.drop() { throw StrataError(.io, "test: the response to the pull was lost") }
+        return delta
+    }
+    func push(_ batch: Batch) async throws -> BatchAck {
+        let ack = try await inner.push(batch)
+        if drops.drop() { throw StrataError(.io, "test: the acknowledgement of \(batch.id) was lost") }
+        return ack
+    }
+}
+
+/// A PostgreSQL cluster of the test's own (so that restarting it disturbs no other test), started
+/// with `Scripts/start-postgres.sh` on a free port and removed afterwards.
+final class PostgresCluster: @unchecked Sendable {   // immutable after init
+    let dir: String
+    let port: Int
+    var url: String { "postgres://postgres@127.0.0.1:\(port)/strata" }
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Scripts/start-postgres.sh").path
+
+    init() throws {
+        dir = "/tmp/strata-pg-test-\(UUID().uuidString.prefix(8))"
+        port = 20000 + Int.random(in: 0..<20000)
+        try Self.detached("STRATA_PG_DIR=\(dir) STRATA_PG_PORT=\(port) bash \(Self.script)")
+    }
+
+    /// Runs a shell command whose output goes to a file, with no descriptor for the postgres it
+    /// starts to inherit.
+    private static func detached(_ command: String) throws {
+        let log = "/tmp/strata-pg-test-\(UUID().uuidString.prefix(8)).log"
+        defer { try? FileManager.default.removeItem(atPath: log) }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/bash")
+        // Foundation's Process learns of the exit through a descriptor the child inherits; a
+        // daemon that kept it would make waitUntilExit wait for ever, so close all but 0-2.
+        p.arguments = ["-c", "for fd in $(ls /proc/$$/fd); do [ \"$fd\" -gt 2 ] && eval \"exec $fd>&-\"; done; (\(command)) >\(log) 2>&1"]
+        try p.run()
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else {
+            throw TestFailure("\(command) failed: \((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+        }
+    }
+
+    private func pgctl(_ args: String) throws {
+        try Self.detached("su postgres -s /bin/bash -c '$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl -D \(dir) -w \(args)'")
+    }
+
+    /// A fast restart: every connection is cut.
+    func restart() throws { try pgctl("-m fast restart") }
+
+    deinit {
+        try? pgctl("-m immediate stop")
+        try? FileManager.default.removeItem(atPath: dir)
+    }
 }
