@@ -33,6 +33,8 @@ struct DatabaseOptions: ParsableArguments {
 
     /// Runs `body` with a connected pool and the schema in place; the pool stops afterwards.
     func withDatabase<R: Sendable>(tables: TableConfig, _ body: @Sendable (Database) async throws -> R) async throws -> R {
+        // Logs go to standard error; standard output carries only what scripts read.
+        LoggingSystem.bootstrap(StreamLogHandler.standardError)
         var logger = Logger(label: "strata-server")
         logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .notice
         let client = PostgresClient(configuration: try Database.configuration(url: try url), backgroundLogger: logger)

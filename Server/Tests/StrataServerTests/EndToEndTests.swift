@@ -98,16 +98,19 @@ struct EndToEndTests {
     /// checks that every value pending at the start reached the server, was decided by a merge, or
     /// was set aside with its reason. With faults a cycle may fail; its edits stay pending and are
     /// checked by a later cycle.
-    static func syncCycle(_ c: Client, _ model: inout Model, _ g: inout Random, _ db: TestDatabase, faults: Bool = false, context: String) async throws {
+    /// Returns how many transport calls failed (and were retried, or ended the cycle).
+    @discardableResult
+    static func syncCycle(_ c: Client, _ model: inout Model, _ g: inout Random, _ db: TestDatabase, faults: Bool = false, context: String) async throws -> Int {
+        var failures = 0
         let pending = try await c.store.read { try $0.pendingRows() }
         let lsnBefore = try await c.store.read { try $0.lastLSN }
         var accepted = Set<String>()
         for _ in 0..<4 {
             do {
-                _ = try await c.sync.sync(with: c.transport, maxAttempts: 3, backoff: .milliseconds(5))
+                failures += try await c.sync.sync(with: c.transport, maxAttempts: 3, backoff: .milliseconds(5)).retries
             } catch where faults {
                 _ = model.record(c.transport.take())
-                return
+                return failures + 1
             }
             accepted.formUnion(model.record(c.transport.take()))
             for conflict in try c.sync.conflicts() {
@@ -133,6 +136,7 @@ struct EndToEndTests {
                 #expect(ok, "\(context): client \(c.id)'s value \(row[f]) for \(row.key).\(f) vanished")
             }
         }
+        return failures
     }
 
     /// What goes wrong during a run.
@@ -166,6 +170,7 @@ struct EndToEndTests {
                                   token: try db.token(for: store.clientID), drops: faults.dropResponses ? drops : nil))
         }
         drops.seed = g.next()
+        var failed = 0
         for round in 0..<20 {
             for c in clients { for _ in 0..<g.below(6) { try Self.randomEdit(c, &g) } }
             var order = Array(clients.indices)
@@ -178,13 +183,17 @@ struct EndToEndTests {
                     let server = servers[g.below(servers.count)]
                     fault = Task { try await Task.sleep(for: delay); server.kill(); try server.restart() }
                 } else if let cluster, g.below(5) == 0 {
-                    fault = Task { try await Task.sleep(for: delay); try cluster.restart() }
+                    // A restart takes a few hundred milliseconds: start it, then sync into it.
+                    fault = Task.detached { try cluster.restart() }
+                    try await Task.sleep(for: delay * 5)
                 }
-                try await Self.syncCycle(clients[i], &model, &g, db, faults: true, context: "round \(round)")
+                failed += try await Self.syncCycle(clients[i], &model, &g, db, faults: true, context: "round \(round)")
                 try await fault?.value
             }
         }
         drops.enabled = false
+        print("converge(\(faults)): \(failed) transport calls failed by the faults")
+        if faults.killServer || faults.restartPostgres { #expect(failed > 0, "no fault struck a sync") }
         var quiet = false
         for _ in 0..<6 where !quiet {
             let before = try db.sql("SELECT last_value FROM strata_version")
