@@ -94,25 +94,29 @@ extension ServerCommand {
             static let configuration = CommandConfiguration(
                 abstract: "Make a token for a client id and print it (only its hash is stored).")
             @OptionGroup var database: DatabaseOptions
-            @Option(help: "The client id the token stands for (a store's client id, as `strata info` shows it).")
-            var clientID: String?
+            @Option(name: .customLong("client-id"), help: "The client id a token stands for (a store's client id, as `strata info` shows it); repeat it for several tokens, printed one a line.")
+            var clientIDs: [String] = []
             @Option(help: "A store on this machine whose client id the token stands for (instead of --client-id).")
             var store: String?
 
             func validate() throws {
-                guard (clientID == nil) != (store == nil) else { throw ValidationError("give either --client-id or --store") }
+                guard clientIDs.isEmpty != (store == nil) else { throw ValidationError("give either --client-id or --store") }
             }
 
             func run() async throws {
-                var id = clientID ?? ""
+                var ids = clientIDs
                 if let store {
                     var options = StoreOptions()
                     options.createIfMissing = false
-                    id = try Store(path: store, options: options).clientID
+                    ids = [try Store(path: store, options: options).clientID]
                 }
-                let client = id
-                let token = try await database.withDatabase(tables: TableConfig(tables: [])) { try await $0.createToken(clientID: client) }
-                print(token)
+                let clients = ids
+                let tokens = try await database.withDatabase(tables: TableConfig(tables: [])) { db in
+                    var out: [String] = []
+                    for id in clients { out.append(try await db.createToken(clientID: id)) }
+                    return out
+                }
+                print(tokens.joined(separator: "\n"))
             }
         }
     }
