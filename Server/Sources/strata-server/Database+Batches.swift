@@ -113,6 +113,26 @@ extension Database {
             rows[[tbl, key]] = Stored(fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted, exists: true)
         }
 
+        // The parents that children in this batch name, as they are now (shared locks, so that
+        // no batch deletes one before this one commits). A parent this batch itself inserts or
+        // deletes is judged by the batch's own state below.
+        var parentRefs = Set<[String]>()
+        for change in changes where change.kind != .delete {
+            for a in tables.associations ?? [] where a.child == change.table {
+                if let v = change.values[a.field], !v.isNull { parentRefs.insert([a.parent, Self.keyText(RowKey([v]))]) }
+            }
+        }
+        var liveParents = Set<[String]>()
+        if !parentRefs.isEmpty {
+            let refs = parentRefs.sorted { ($0[0], $0[1]) < ($1[0], $1[1]) }
+            let found = try await c.query("""
+                SELECT tbl, key FROM strata_rows
+                WHERE (tbl, key) IN (SELECT * FROM unnest(\(refs.map { $0[0] })::text[], \(refs.map { $0[1] })::text[])) AND NOT deleted
+                ORDER BY tbl, key FOR SHARE
+                """, logger: logger)
+            for try await (t, k) in found.decode((String, String).self) { liveParents.insert([t, k]) }
+        }
+
         var results: [RowResult] = []
         var written: [[String]: Int] = [:]   // row → index of the result that wrote it
         var rekeyed: [String: [Value: Value]] = [:]   // parent table → client key → server key
@@ -132,6 +152,21 @@ extension Database {
                 key = RowKey([k])
                 change.values[table.primaryKey[0]] = k
                 rekeyed[change.table, default: [:]][change.key.values[0]] = k
+            }
+            // A child must name a parent that exists: otherwise the row is refused and set aside
+            // on the client, with the reason, for the app to fix or discard.
+            var orphan: String?
+            if change.kind != .delete {
+                for a in tables.associations ?? [] where a.child == change.table {
+                    guard let v = change.values[a.field], !v.isNull else { continue }
+                    let parent = [a.parent, Self.keyText(RowKey([v]))]
+                    let live = rows[parent].map { !$0.deleted } ?? liveParents.contains(parent)
+                    if !live { orphan = "\(a.field) names \(a.parent) \(v), which does not exist on the server" }
+                }
+            }
+            if let orphan {
+                results.append(RowResult(table: change.table, key: change.key, status: .error, error: RowError(reason: orphan, action: .setAside)))
+                continue
             }
             let id = [change.table, Self.keyText(key)]
             var row = rows[id] ?? Stored(fields: [:], deleted: true, exists: false)

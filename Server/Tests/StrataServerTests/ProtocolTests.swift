@@ -132,6 +132,7 @@ struct ProtocolTests {
         let server = try ServerProcess(db)
         let a = HTTPSyncTransport(server: server.url, token: try db.token(for: "a"))
         let ack = try await a.push(Self.batch("a", 1, [
+            Self.insert(7, "parent"),
             RowChange(table: "comments", key: -1, kind: .insert, values: ["id": -1, "task": 7, "text": "first"]),
             RowChange(table: "comments", key: -2, kind: .insert, values: ["id": -2, "task": 7, "text": "second"]),
         ]))
@@ -139,6 +140,27 @@ struct ProtocolTests {
         #expect(keys.count == 2 && Set(keys).count == 2 && !keys.contains(-1) && !keys.contains(-2))
         let rows = try await a.pull(since: nil).tables.first { $0.table == "comments" }!.upserts
         #expect(Set(rows.map { RowKey([$0.fields["id"]!]) }) == Set(keys))
+    }
+
+    @Test func aChildOfAMissingParentIsRefusedWithItsReasonAndAction() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        let a = HTTPSyncTransport(server: server.url, token: try db.token(for: "a"))
+        _ = try await a.push(Self.batch("a", 1, [Self.insert(1, "one"), Self.insert(2, "two")]))
+        let before = try db.sql("SELECT tbl, key, fields, deleted FROM strata_rows ORDER BY 1, 2")
+        let ack = try await a.push(Self.batch("a", 2, [
+            RowChange(table: "tasks", key: 2, kind: .delete, originals: ["title": "two"]),
+            RowChange(table: "comments", key: -1, kind: .insert, values: ["id": -1, "task": 9, "text": "no such task"]),
+            RowChange(table: "comments", key: -2, kind: .insert, values: ["id": -2, "task": 2, "text": "task deleted just before"]),
+            RowChange(table: "comments", key: -3, kind: .insert, values: ["id": -3, "task": 1, "text": "fine"]),
+        ]))
+        #expect(ack.results.map(\.status) == [.ok, .error, .error, .ok])
+        #expect(ack.results[1].error == RowError(reason: "task names tasks 9, which does not exist on the server", action: .setAside))
+        #expect(ack.results[2].error?.action == .setAside)
+        // Only the delete and the good comment were written.
+        let after = try db.sql("SELECT tbl, key, fields, deleted FROM strata_rows ORDER BY 1, 2")
+        #expect(after.split(separator: "\n").count == before.split(separator: "\n").count + 1)
+        #expect(after.contains("\"fine\"") && !after.contains("no such task") && !after.contains("deleted just before"))
     }
 
     @Test func pagesAndResets() async throws {
