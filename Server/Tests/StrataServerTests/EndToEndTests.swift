@@ -170,30 +170,39 @@ struct EndToEndTests {
                                   token: try db.token(for: store.clientID), drops: faults.dropResponses ? drops : nil))
         }
         drops.seed = g.next()
-        var failed = 0
+        var failed = 0, struck = 0
         for round in 0..<20 {
             for c in clients { for _ in 0..<g.below(6) { try Self.randomEdit(c, &g) } }
             var order = Array(clients.indices)
             for i in order.indices.reversed() { order.swapAt(i, g.below(i + 1)) }
             for i in order where g.below(3) != 0 {
                 // A fault strikes during this client's sync, after a random delay.
-                var fault: Task<Void, any Error>?
+                // The fault returns when it began; it overlapped the sync if that is before the
+                // sync ended.
+                var fault: Task<ContinuousClock.Instant, any Error>?
                 let delay = Duration.milliseconds(g.below(40))
                 if faults.killServer && g.below(4) == 0 {
                     let server = servers[g.below(servers.count)]
-                    fault = Task { try await Task.sleep(for: delay); server.kill(); try server.restart() }
+                    fault = Task {
+                        try await Task.sleep(for: delay)
+                        let began = ContinuousClock.now
+                        server.kill()
+                        try server.restart()
+                        return began
+                    }
                 } else if let cluster, g.below(5) == 0 {
                     // A restart takes a few hundred milliseconds: start it, then sync into it.
-                    fault = Task.detached { try cluster.restart() }
+                    fault = Task.detached { let began = ContinuousClock.now; try cluster.restart(); return began }
                     try await Task.sleep(for: delay * 5)
                 }
                 failed += try await Self.syncCycle(clients[i], &model, &g, db, faults: true, context: "round \(round)")
-                try await fault?.value
+                let ended = ContinuousClock.now
+                if let began = try await fault?.value, began < ended { struck += 1 }
             }
         }
         drops.enabled = false
-        print("converge(\(faults)): \(failed) transport calls failed by the faults")
-        if faults.killServer || faults.restartPostgres { #expect(failed > 0, "no fault struck a sync") }
+        print("converge(\(faults)): \(struck) faults struck during a sync; \(failed) transport calls failed")
+        if faults.killServer || faults.restartPostgres { #expect(struck > 0, "no fault struck during a sync") }
         var quiet = false
         for _ in 0..<6 where !quiet {
             let before = try db.sql("SELECT last_value FROM strata_version")

@@ -83,6 +83,14 @@ struct ProtocolTests {
         #expect(try db.state() == before)
     }
 
+    @Test func anUnreachableServerIsAnIOErrorThatSaysSo() async throws {
+        // Port 9 on loopback: nothing listens there.
+        let t = HTTPSyncTransport(server: URL(string: "http://127.0.0.1:9")!, token: "t", timeout: 2)
+        await #expect { try await t.pull(since: nil) } throws: {
+            ($0 as? StrataError)?.code == .io && ($0 as? StrataError)?.message.contains("cannot reach the sync server") == true
+        }
+    }
+
     @Test func aBatchIsAppliedOnceEvenWhenItArrivesConcurrently() async throws {
         let db = try TestDatabase()
         let server = try ServerProcess(db)
