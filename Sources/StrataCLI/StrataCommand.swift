@@ -2,7 +2,7 @@ import ArgumentParser
 import Strata
 
 @main
-struct StrataCommand: ParsableCommand {
+struct StrataCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "strata",
         abstract: "Inspect, debug and demonstrate Strata stores.",
@@ -15,7 +15,7 @@ struct StrataCommand: ParsableCommand {
             DemoCommand.self, InfoCommand.self, ShowCommand.self, LogCommand.self, HistoryCommand.self,
             PendingCommand.self, ConflictsCommand.self, MergeCommand.self, CompactCommand.self, RebuildCommand.self,
             VerifyCommand.self, ReplayCommand.self, ExportCommand.self, ImportCommand.self, CopyCommand.self,
-            BenchCommand.self,
+            BenchCommand.self, CreateCommand.self, SyncCommand.self,
         ]
     )
 }

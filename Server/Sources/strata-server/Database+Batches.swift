@@ -1,0 +1,237 @@
+import Foundation
+import Logging
+import PostgresNIO
+import Strata
+import StrataSync
+
+extension Database {
+    /// Applies a batch pushed by `clientID` and returns its acknowledgement; a batch id seen
+    /// before gets its stored acknowledgement and is not applied again.
+    ///
+    /// One PostgreSQL transaction holds the whole batch and its acknowledgement:
+    /// 1. claim the batch id (`INSERT … ON CONFLICT DO NOTHING`): a second transaction carrying
+    ///    the same id waits on the first one's uncommitted row, then finds it taken and answers
+    ///    with the stored acknowledgement, so a batch is never applied twice, even concurrently;
+    /// 2. lock the rows the batch names (`FOR UPDATE`) and decide every change in memory, field by
+    ///    field against the server's values;
+    /// 3. take the version lock, write the rows with versions from the sequence, store the ack,
+    ///    and commit. Holding that lock from the first version drawn to the commit makes versions
+    ///    commit in order, so a pull that sees version v has seen every version below it.
+    func apply(_ batch: Batch) async throws -> BatchAck {
+        let changes = try normalize(batch)
+        // A deadlock (two batches locking the same rows in another order) or a serialization
+        // failure rolls back the whole transaction; it is safe to run it again.
+        for attempt in 1... {
+            do {
+                return try await applyOnce(batch, changes)
+            } catch let e as PSQLError where attempt < 5 && ["40P01", "40001"].contains(e.serverInfo?[.sqlState] ?? "") {
+                logger.info("batch \(batch.id): retrying after \(e.serverInfo?[.sqlState] ?? "")")
+            }
+        }
+        fatalError("unreachable")
+    }
+
+    /// Checks every change against the tables before anything is written, so that a batch
+    /// violating the schema is refused whole.
+    func normalize(_ batch: Batch) throws(RequestError) -> [RowChange] {
+        guard batch.id == "\(batch.clientID)-\(batch.number)" else {
+            throw .bad("the batch id '\(batch.id)' is not '<clientID>-<number>' (\(batch.clientID)-\(batch.number))")
+        }
+        var out: [RowChange] = []
+        for (i, c) in batch.changes.enumerated() {
+            let row = "changes[\(i)]"
+            guard let table = tables[c.table] else { throw .bad("\(row): unknown table '\(c.table)'") }
+            var n = c
+            n.key = try table.checkKey(c.key, row: row)
+            n.values = [:]
+            for (f, v) in c.values { n.values[f] = try table.check(v, field: f, row: row) }
+            n.originals = [:]
+            for (f, v) in c.originals { n.originals[f] = try table.check(v, field: f, row: row) }
+            switch c.kind {
+            case .insert:
+                for (k, v) in zip(table.primaryKey, n.key.values) where (n.values[k] ?? v) != v {
+                    throw .bad("\(row): key field '\(k)' is \(n.values[k]!) but the key says \(v)")
+                }
+                for f in table.fields where f.nullable != true && f.default == nil && !table.primaryKey.contains(f.name) && n.values[f.name] == nil {
+                    throw .bad("\(row): an insert into '\(c.table)' needs field '\(f.name)'")
+                }
+                guard c.originals.isEmpty else { throw .bad("\(row): an insert has no originals") }
+            case .update:
+                for k in table.primaryKey where c.values[k] != nil { throw .bad("\(row): an update cannot change key field '\(k)'") }
+            case .delete:
+                guard c.values.isEmpty else { throw .bad("\(row): a delete has no values") }
+            }
+            out.append(n)
+        }
+        return out
+    }
+
+    private struct Stored {
+        var fields: [String: Value]
+        var deleted: Bool
+        var exists: Bool
+    }
+
+    private func applyOnce(_ batch: Batch, _ changes: [RowChange]) async throws -> BatchAck {
+        try await client.withConnection { c in
+            try await c.query("BEGIN", logger: logger)
+            do {
+                let claimed = try await c.query("""
+                    INSERT INTO strata_batches (id, client_id) VALUES (\(batch.id), \(batch.clientID))
+                    ON CONFLICT (id) DO NOTHING RETURNING id
+                    """, logger: logger).collect()
+                if claimed.isEmpty {
+                    try await c.query("ROLLBACK", logger: logger)
+                    let stored = try await c.query("SELECT ack FROM strata_batches WHERE id = \(batch.id)", logger: logger).collect()
+                    guard let text = try stored.first?.decode(String?.self) else { throw ServerError("batch \(batch.id) has no stored acknowledgement") }
+                    return try WireFormat.decode(BatchAck.self, from: Data(text.utf8))
+                }
+                let ack = try await decideAndWrite(batch, changes, on: c)
+                try await c.query("COMMIT", logger: logger)
+                return ack
+            } catch {
+                _ = try? await c.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    private static func keyText(_ key: RowKey) -> String {
+        String(decoding: (try? WireFormat.encode(key.values)) ?? Data(), as: UTF8.self)
+    }
+
+    private func decideAndWrite(_ batch: Batch, _ changes: [RowChange], on c: PostgresConnection) async throws -> BatchAck {
+        // Lock every row the batch names, in one statement, in key order.
+        let named = Set(changes.map { [$0.table, Self.keyText($0.key)] }).sorted { ($0[0], $0[1]) < ($1[0], $1[1]) }
+        var rows: [[String]: Stored] = [:]
+        let locked = try await c.query("""
+            SELECT tbl, key, fields, deleted FROM strata_rows
+            WHERE (tbl, key) IN (SELECT * FROM unnest(\(named.map { $0[0] })::text[], \(named.map { $0[1] })::text[]))
+            ORDER BY tbl, key FOR UPDATE
+            """, logger: logger)
+        for try await (tbl, key, fields, deleted) in locked.decode((String, String, String, Bool).self) {
+            rows[[tbl, key]] = Stored(fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted, exists: true)
+        }
+
+        // The parents that children in this batch name, as they are now (shared locks, so that
+        // no batch deletes one before this one commits). A parent this batch itself inserts or
+        // deletes is judged by the batch's own state below.
+        var parentRefs = Set<[String]>()
+        for change in changes where change.kind != .delete {
+            for a in tables.associations ?? [] where a.child == change.table {
+                if let v = change.values[a.field], !v.isNull { parentRefs.insert([a.parent, Self.keyText(RowKey([v]))]) }
+            }
+        }
+        var liveParents = Set<[String]>()
+        if !parentRefs.isEmpty {
+            let refs = parentRefs.sorted { ($0[0], $0[1]) < ($1[0], $1[1]) }
+            let found = try await c.query("""
+                SELECT tbl, key FROM strata_rows
+                WHERE (tbl, key) IN (SELECT * FROM unnest(\(refs.map { $0[0] })::text[], \(refs.map { $0[1] })::text[])) AND NOT deleted
+                ORDER BY tbl, key FOR SHARE
+                """, logger: logger)
+            for try await (t, k) in found.decode((String, String).self) { liveParents.insert([t, k]) }
+        }
+
+        var results: [RowResult] = []
+        var written: [[String]: Int] = [:]   // row → index of the result that wrote it
+        var rekeyed: [String: [Value: Value]] = [:]   // parent table → client key → server key
+        for change in changes {
+            guard let table = tables[change.table] else { continue }
+            var change = change
+            // A child naming a parent that this batch re-keyed follows the parent's new key.
+            for a in tables.associations ?? [] where a.child == change.table {
+                if let v = change.values[a.field], let new = rekeyed[a.parent]?[v] { change.values[a.field] = new }
+            }
+            var key = change.key
+            var newKey: RowKey?
+            if change.kind == .insert, table.serverAssignedKey == true {
+                let next = try await c.query("SELECT nextval('strata_keys')", logger: logger).collect()
+                let k = Value.int(try next[0].decode(Int64.self))
+                newKey = RowKey([k])
+                key = RowKey([k])
+                change.values[table.primaryKey[0]] = k
+                rekeyed[change.table, default: [:]][change.key.values[0]] = k
+            }
+            // A child must name a parent that exists: otherwise the row is refused and set aside
+            // on the client, with the reason, for the app to fix or discard.
+            var orphan: String?
+            if change.kind != .delete {
+                for a in tables.associations ?? [] where a.child == change.table {
+                    guard let v = change.values[a.field], !v.isNull else { continue }
+                    let parent = [a.parent, Self.keyText(RowKey([v]))]
+                    let live = rows[parent].map { !$0.deleted } ?? liveParents.contains(parent)
+                    if !live { orphan = "\(a.field) names \(a.parent) \(v), which does not exist on the server" }
+                }
+            }
+            if let orphan {
+                results.append(RowResult(table: change.table, key: change.key, status: .error, error: RowError(reason: orphan, action: .setAside)))
+                continue
+            }
+            let id = [change.table, Self.keyText(key)]
+            var row = rows[id] ?? Stored(fields: [:], deleted: true, exists: false)
+            let live = !row.deleted
+            func matches(_ originals: [String: Value]) -> Bool {
+                originals.allSatisfy { f, o in (row.fields[f] ?? .null) == o }
+            }
+            let nonKey = change.values.filter { !table.primaryKey.contains($0.key) }
+            switch change.kind {
+            case .insert:
+                guard !live else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
+                var fields: [String: Value] = [:]
+                for f in table.fields where !table.primaryKey.contains(f.name) { fields[f.name] = f.default }
+                fields.merge(nonKey) { $1 }
+                row = Stored(fields: fields.filter { table.isPropertyBag || !$0.value.isNull }, deleted: false, exists: row.exists)
+            case .update:
+                guard live, matches(change.originals) else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
+                // A property bag keeps a cleared field as null, so pulls list it as cleared.
+                for (f, v) in nonKey { row.fields[f] = v.isNull && !table.isPropertyBag ? nil : v }
+            case .delete:
+                guard live else { results.append(.ok(change.table, change.key)); continue }   // already gone
+                guard matches(change.originals) else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
+                row.deleted = true
+                row.fields = [:]
+            }
+            rows[id] = row
+            written[id] = results.count
+            results.append(.ok(change.table, change.key, newKey: newKey))
+        }
+
+        try await c.query("SELECT pg_advisory_xact_lock(\(Self.versionLock))", logger: logger)
+        if !written.isEmpty {
+            let ids = written.keys.sorted { ($0[0], $0[1]) < ($1[0], $1[1]) }
+            func encoded(_ id: [String]) throws -> String { String(decoding: try WireFormat.encode(rows[id]!.fields), as: UTF8.self) }
+            let old = ids.filter { rows[$0]!.exists }
+            if !old.isEmpty {
+                try await c.query("""
+                    UPDATE strata_rows r SET fields = u.f, deleted = u.d, version = nextval('strata_version'), updated_at = now()
+                    FROM unnest(\(old.map { $0[0] })::text[], \(old.map { $0[1] })::text[], \(try old.map(encoded))::text[], \(old.map { rows[$0]!.deleted })::bool[]) AS u(t, k, f, d)
+                    WHERE r.tbl = u.t AND r.key = u.k
+                    """, logger: logger)
+            }
+            let new = ids.filter { !rows[$0]!.exists }
+            if !new.isEmpty {
+                // A row no transaction had when we locked may have been inserted by a concurrent
+                // batch since: that insert wins, and ours is a conflict.
+                let inserted = try await c.query("""
+                    INSERT INTO strata_rows (tbl, key, fields, deleted, version)
+                    SELECT t, k, f, d, nextval('strata_version')
+                    FROM unnest(\(new.map { $0[0] })::text[], \(new.map { $0[1] })::text[], \(try new.map(encoded))::text[], \(new.map { rows[$0]!.deleted })::bool[]) AS u(t, k, f, d)
+                    ON CONFLICT (tbl, key) DO NOTHING RETURNING tbl, key
+                    """, logger: logger)
+                var done = Set<[String]>()
+                for try await (t, k) in inserted.decode((String, String).self) { done.insert([t, k]) }
+                for id in new where !done.contains(id) {
+                    let r = results[written[id]!]
+                    results[written[id]!] = RowResult(table: r.table, key: r.key, status: .conflict)
+                }
+            }
+        }
+        let ack = BatchAck(batchID: batch.id, results: results)
+        let text = String(decoding: try WireFormat.encode(ack), as: UTF8.self)
+        try await c.query("""
+            UPDATE strata_batches SET ack = \(text), seq = nextval('strata_batch_order') WHERE id = \(batch.id)
+            """, logger: logger)
+        return ack
+    }
+}

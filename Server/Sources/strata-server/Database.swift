@@ -1,0 +1,236 @@
+import Foundation
+import Logging
+import PostgresNIO
+import Strata
+import StrataSync
+
+/// Everything the server knows lives in PostgreSQL; this type holds no state of its own but the
+/// connection pool, so any number of server processes can serve one database.
+///
+/// Tables:
+/// - `strata_rows`: one row per (table, key) with its fields (wire-format JSON), a tombstone flag
+///   and the version of its last change, drawn from the one sequence `strata_version`.
+/// - `strata_batches`: the acknowledgement of every batch id applied, written in the batch's own
+///   transaction, and the order the batches committed in (`seq`).
+/// - `strata_tokens`: SHA-256 of each bearer token and the client id it stands for.
+/// - `strata_meta`: the schema version, the tables file last started with, and the horizon (the
+///   oldest anchor still served after tombstones were pruned).
+struct Database: Sendable {
+    let client: PostgresClient
+    let tables: TableConfig
+    let logger: Logger
+
+    static let schemaVersion = 2
+    /// The advisory lock under which versions are drawn and committed (see `apply`).
+    static let versionLock: Int64 = 0x5354_5241_5441
+    static let migrationLock: Int64 = 0x5354_5241_5442
+
+    /// Parses `postgres://user:password@host:port/database`.
+    static func configuration(url: String) throws -> PostgresClient.Configuration {
+        guard let c = URLComponents(string: url), c.scheme == "postgres" || c.scheme == "postgresql", let host = c.host, !host.isEmpty else {
+            throw ServerError("the PostgreSQL URL '\(url)' is not of the form postgres://user:password@host:port/database")
+        }
+        var config = PostgresClient.Configuration(
+            host: host, port: c.port ?? 5432, username: c.user ?? "postgres", password: c.password,
+            database: c.path.isEmpty ? nil : String(c.path.dropFirst()), tls: .disable)
+        config.options.maximumConnections = 20
+        return config
+    }
+
+    // MARK: Schema
+
+    /// Creates or migrates the server's tables, under an advisory lock so that two processes
+    /// starting at once do not race on `CREATE … IF NOT EXISTS`.
+    func migrate() async throws {
+        let tablesJSON = String(decoding: try JSONEncoder().encode(tables), as: UTF8.self)
+        try await client.withConnection { c in
+            try await c.query("BEGIN", logger: logger)
+            do {
+                try await c.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+                for sql: PostgresQuery in [
+                    "CREATE SEQUENCE IF NOT EXISTS strata_version",
+                    "CREATE SEQUENCE IF NOT EXISTS strata_keys",
+                    """
+                    CREATE TABLE IF NOT EXISTS strata_rows (tbl text NOT NULL, key text NOT NULL, fields text NOT NULL,
+                      deleted boolean NOT NULL DEFAULT false, version bigint NOT NULL,
+                      updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tbl, key))
+                    """,
+                    "CREATE INDEX IF NOT EXISTS strata_rows_version ON strata_rows (version)",
+                    """
+                    CREATE TABLE IF NOT EXISTS strata_batches (id text PRIMARY KEY, client_id text NOT NULL, ack text,
+                      applied_at timestamptz NOT NULL DEFAULT now())
+                    """,
+                    """
+                    CREATE TABLE IF NOT EXISTS strata_tokens (token_sha256 text PRIMARY KEY, client_id text NOT NULL,
+                      created_at timestamptz NOT NULL DEFAULT now())
+                    """,
+                    "CREATE TABLE IF NOT EXISTS strata_meta (name text PRIMARY KEY, value text NOT NULL)",
+                    // Schema 1 → 2: the order in which batches committed, for audits and tests.
+                    "CREATE SEQUENCE IF NOT EXISTS strata_batch_order",
+                    "ALTER TABLE strata_batches ADD COLUMN IF NOT EXISTS seq bigint",
+                    "INSERT INTO strata_meta VALUES ('horizon', '0') ON CONFLICT DO NOTHING",
+                ] {
+                    try await c.query(sql, logger: logger)
+                }
+                let found = try await c.query("SELECT value FROM strata_meta WHERE name = 'schemaVersion'", logger: logger).collect()
+                if let v = try found.first?.decode(String.self), let n = Int(v), n > Self.schemaVersion {
+                    throw ServerError("the database holds schema version \(n), newer than this server's \(Self.schemaVersion)")
+                }
+                try await c.query("""
+                    INSERT INTO strata_meta VALUES ('schemaVersion', \(String(Self.schemaVersion)))
+                    ON CONFLICT (name) DO UPDATE SET value = excluded.value
+                    """, logger: logger)
+                // The tables file the server last started with, for whoever inspects the database
+                // (the admin commands run without one).
+                if !tables.tables.isEmpty {
+                    try await c.query("""
+                        INSERT INTO strata_meta VALUES ('tables', \(tablesJSON)) ON CONFLICT (name) DO UPDATE SET value = excluded.value
+                        """, logger: logger)
+                }
+                try await c.query("COMMIT", logger: logger)
+            } catch {
+                _ = try? await c.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    // MARK: Tokens
+
+    /// The client id a bearer token stands for, or `nil`.
+    func clientID(token: String) async throws -> String? {
+        let rows = try await client.query(
+            "SELECT client_id FROM strata_tokens WHERE token_sha256 = encode(sha256(convert_to(\(token), 'UTF8')), 'hex')",
+            logger: logger
+        ).collect()
+        return try rows.first?.decode(String.self)
+    }
+
+    /// Makes a new random token for `clientID`; only its hash is stored.
+    func createToken(clientID: String) async throws -> String {
+        var rng = SystemRandomNumberGenerator()
+        let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &rng)) }.joined()
+        try await client.query(
+            "INSERT INTO strata_tokens (token_sha256, client_id) VALUES (encode(sha256(convert_to(\(token), 'UTF8')), 'hex'), \(clientID))",
+            logger: logger)
+        return token
+    }
+
+    // MARK: Changes
+
+    /// One page of changes, and whether more follow.
+    ///
+    /// - Incremental (`since` given): the rows whose version is in `(since, until]`, in version
+    ///   order, deletes as tombstones. `until` is fixed by the first page (the latest committed
+    ///   version), so that a row changed while a client pages shows up once, in the next pull.
+    ///   Each page's anchor is the version of its last row (`until` on the last page): every page
+    ///   can be merged on its own.
+    /// - Snapshot (no `since`): the live rows in (table, key) order after the cursor `after`, with
+    ///   the anchor `until`. The pages of a snapshot are one delta: a client combines them before
+    ///   it merges.
+    func changes(since: String?, until: String?, after: (table: String, key: String)?, limit: Int) async throws -> Page {
+        func version(_ s: String, _ what: String) throws(RequestError) -> Int64 {
+            guard let v = Int64(s), v >= 0 else { throw .bad("the \(what) '\(s)' is not one this server hands out") }
+            return v
+        }
+        // The horizon, and the latest committed version: versions commit in order (see
+        // `apply`), so every version up to the highest visible one is committed.
+        let meta = try await client.query("""
+            SELECT (SELECT value FROM strata_meta WHERE name = 'horizon')::bigint,
+                   coalesce((SELECT max(version) FROM strata_rows), 0)
+            """, logger: logger).collect()
+        let (horizon, latest) = try meta[0].decode((Int64, Int64).self)
+        let upper = max(latest, horizon)
+        let until = try until.map { try version($0, "until") } ?? upper
+        guard until <= upper else { throw RequestError.bad("'until' \(until) is ahead of the server (\(upper))") }
+
+        var byTable: [String: TableDelta] = [:]
+        var page = Page(delta: ServerDelta(anchor: String(until), tables: []), until: until)
+        func add(_ tbl: String, _ keyText: String, _ fieldsText: String, _ deleted: Bool, _ version: Int64, _ stamp: Double) throws {
+            guard let table = tables[tbl] else { return }   // a table since dropped from the tables file
+            let key = try WireFormat.decode([Value].self, from: Data(keyText.utf8))
+            var delta = byTable[tbl] ?? TableDelta(tbl)
+            if deleted {
+                delta.deletes.append(RowKey(key))
+            } else {
+                var fields = try WireFormat.decode([String: Value].self, from: Data(fieldsText.utf8))
+                // Complete rows: a field without a value is listed as null, since a field left
+                // out of an upsert means "unchanged".
+                if !table.isPropertyBag { for f in table.fields where fields[f.name] == nil { fields[f.name] = .null } }
+                for (k, v) in zip(table.primaryKey, key) { fields[k] = v }
+                delta.upserts.append(ServerRow(fields, version: String(version), timestamp: Date(timeIntervalSince1970: stamp)))
+            }
+            byTable[tbl] = delta
+        }
+
+        if let since {
+            let after = try version(since, "anchor")
+            if after > upper {
+                throw RequestError(410, "unknownClient", "the anchor \(after) is ahead of this server (at \(upper)): its data was replaced")
+            }
+            if after < horizon {
+                throw RequestError(410, "anchorExpired", "the anchor \(after) is older than the oldest this server keeps (\(horizon))")
+            }
+            let rows = try await client.query("""
+                SELECT tbl, key, fields, deleted, version, extract(epoch FROM updated_at)::float8 FROM strata_rows
+                WHERE version > \(after) AND version <= \(until) ORDER BY version LIMIT \(limit + 1)
+                """, logger: logger)
+            var count = 0
+            for try await (tbl, key, fields, deleted, version, stamp) in rows.decode((String, String, String, Bool, Int64, Double).self) {
+                count += 1
+                if count > limit { page.more = true; continue }
+                page.delta.anchor = String(version)
+                try add(tbl, key, fields, deleted, version, stamp)
+            }
+            if !page.more { page.delta.anchor = String(until) }
+            page.delta.since = since
+        } else {
+            let (t, k) = after ?? ("", "")
+            let rows = try await client.query("""
+                SELECT tbl, key, fields, deleted, version, extract(epoch FROM updated_at)::float8 FROM strata_rows
+                WHERE (tbl, key) > (\(t), \(k)) AND NOT deleted ORDER BY tbl, key LIMIT \(limit + 1)
+                """, logger: logger)
+            var count = 0
+            for try await (tbl, key, fields, deleted, version, stamp) in rows.decode((String, String, String, Bool, Int64, Double).self) {
+                count += 1
+                if count > limit { page.more = true; continue }
+                page.after = (tbl, key)
+                try add(tbl, key, fields, deleted, version, stamp)
+            }
+            page.delta.mode = .snapshot
+            // A snapshot lists every table, so that a client deletes rows of a table now empty.
+            for t in tables.tables where byTable[t.name] == nil { byTable[t.name] = TableDelta(t.name) }
+        }
+        page.delta.tables = tables.tables.compactMap { byTable[$0.name] }
+        return page
+    }
+
+    /// A page of ``changes(since:until:after:limit:)``.
+    struct Page {
+        var delta: ServerDelta
+        var until: Int64
+        var more = false
+        /// The last row of a snapshot page, where the next page starts.
+        var after: (table: String, key: String)?
+    }
+
+    // MARK: Prune
+
+    /// Removes tombstones up to `version`; anchors older than that get `anchorExpired` from now on.
+    func prune(through version: Int64) async throws -> Int {
+        try await client.withConnection { c in
+            try await c.query("BEGIN", logger: logger)
+            do {
+                let gone = try await c.query("DELETE FROM strata_rows WHERE deleted AND version <= \(version) RETURNING 1", logger: logger).collect().count
+                try await c.query("""
+                    UPDATE strata_meta SET value = greatest(value::bigint, \(version))::text WHERE name = 'horizon'
+                    """, logger: logger)
+                try await c.query("COMMIT", logger: logger)
+                return gone
+            } catch {
+                _ = try? await c.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
+    }
+}

@@ -1,0 +1,117 @@
+import Foundation
+import Strata
+import StrataSync
+
+/// The tables the server keeps, read from a JSON file that mirrors the client's `TableSchema`:
+///
+/// ```json
+/// {"tables": [{"name": "tasks", "primaryKey": ["id"], "serverAssignedKey": false,
+///              "fields": [{"name": "id", "type": "int"}, {"name": "title", "type": "string"},
+///                         {"name": "notes", "type": "string", "nullable": true},
+///                         {"name": "done", "type": "bool", "default": {"bool": false}}]}],
+///  "associations": [{"child": "items", "field": "list", "parent": "lists"}]}
+/// ```
+///
+/// A table with `"mode": "propertyBag"` lists only its key fields and takes any other field.
+struct TableConfig: Codable, Sendable {
+    struct Field: Codable, Sendable {
+        var name: String
+        var type: ValueType
+        var nullable: Bool?
+        var `default`: Value?
+    }
+
+    struct Table: Codable, Sendable {
+        var name: String
+        var mode: TableSchema.Mode?
+        var primaryKey: [String]
+        var fields: [Field]
+        /// Inserts get a key drawn from the server's key sequence, returned as `newKey` (a single
+        /// int key field only).
+        var serverAssignedKey: Bool?
+
+        var isPropertyBag: Bool { mode == .propertyBag }
+        func field(_ name: String) -> Field? { fields.first { $0.name == name } }
+    }
+
+    var tables: [Table]
+    var associations: [Association]?
+
+    /// Reads and checks a tables file.
+    static func load(path: String) throws -> TableConfig {
+        let data: Data
+        do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
+            throw ServerError("cannot read the tables file \(path): \(error.localizedDescription)")
+        }
+        let config: TableConfig
+        do { config = try JSONDecoder().decode(TableConfig.self, from: data) } catch {
+            throw ServerError("the tables file \(path) is not valid: \(error)")
+        }
+        try config.validate()
+        return config
+    }
+
+    func validate() throws {
+        var names = Set<String>()
+        for t in tables {
+            guard !t.name.isEmpty, names.insert(t.name).inserted else { throw ServerError("table '\(t.name)' is listed twice or has no name") }
+            guard !t.primaryKey.isEmpty else { throw ServerError("table '\(t.name)' needs a primary key") }
+            for k in t.primaryKey where t.field(k) == nil { throw ServerError("table '\(t.name)': key field '\(k)' is not among its fields") }
+            if t.serverAssignedKey == true, t.primaryKey.count != 1 || t.field(t.primaryKey[0])?.type != .int {
+                throw ServerError("table '\(t.name)': a server-assigned key needs a single int key field")
+            }
+        }
+        for a in associations ?? [] where !names.contains(a.child) || !names.contains(a.parent) {
+            throw ServerError("association \(a.child).\(a.field) → \(a.parent) names an unknown table")
+        }
+    }
+
+    subscript(name: String) -> Table? { tables.first { $0.name == name } }
+}
+
+/// A fatal configuration or start-up problem, printed as one line.
+struct ServerError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A request the server refuses, with the HTTP status and a message for the client.
+struct RequestError: Error {
+    var status: Int
+    var code: String
+    var message: String
+    init(_ status: Int, _ code: String, _ message: String) {
+        self.status = status
+        self.code = code
+        self.message = message
+    }
+    static func bad(_ message: String) -> RequestError { RequestError(400, "badRequest", message) }
+}
+
+extension TableConfig.Table {
+    /// Checks and normalizes a value for `field` (an int for a double field becomes a double, as
+    /// the client stores it), so that stored values compare equal to what clients send.
+    func check(_ value: Value, field name: String, row: String, allowNull: Bool = true) throws(RequestError) -> Value {
+        guard let f = field(name) else {
+            if isPropertyBag { return value }
+            throw .bad("\(row): table '\(self.name)' has no field '\(name)'")
+        }
+        if value.isNull {
+            guard allowNull, f.nullable == true, !primaryKey.contains(name) else { throw .bad("\(row): field '\(name)' may not be null") }
+            return value
+        }
+        if f.type == .double, case .int(let i) = value { return .double(Double(i)) }
+        guard value.type == f.type else { throw .bad("\(row): field '\(name)' takes \(f.type) values, not \(value.type.map(\.rawValue) ?? "null")") }
+        return value
+    }
+
+    /// The row key as stored (normalized values), checked against the key fields.
+    func checkKey(_ key: RowKey, row: String) throws(RequestError) -> RowKey {
+        guard key.values.count == primaryKey.count else {
+            throw .bad("\(row): the key has \(key.values.count) values but table '\(name)' has \(primaryKey.count) key fields")
+        }
+        var out: [Value] = []
+        for (k, v) in zip(primaryKey, key.values) { out.append(try check(v, field: k, row: row, allowNull: false)) }
+        return RowKey(out)
+    }
+}

@@ -1,0 +1,199 @@
+import Foundation
+import Strata
+import StrataSync
+import Testing
+
+/// The protocol's rules, one request at a time: refusals change nothing, batches apply once,
+/// concurrency is checked per field.
+@Suite(.serialized, .enabled(if: pgAvailable, "set STRATA_TEST_PG_URL (see Server/Scripts/start-postgres.sh)"))
+struct ProtocolTests {
+    static func batch(_ client: String, _ number: UInt64, _ changes: [RowChange]) -> Batch {
+        Batch(id: "\(client)-\(number)", clientID: client, number: number, changes: changes)
+    }
+
+    static func insert(_ id: Int64, _ title: String) -> RowChange {
+        RowChange(table: "tasks", key: RowKey(.int(id)), kind: .insert, values: ["id": .int(id), "title": .string(title)])
+    }
+
+    @Test func refusedRequestsGetA4xxAndChangeNothing() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db, arguments: ["--max-body", "4000"])
+        let token = try db.token(for: "alice")
+        let alice = HTTPSyncTransport(server: server.url, token: token)
+        _ = try await alice.push(Self.batch("alice", 1, [Self.insert(1, "Buy milk")]))
+        let before = try db.state()
+        let batches = server.url.appendingPathComponent("v1/batches")
+        func body(_ text: String) -> Data { Data(text.utf8) }
+        let good = String(decoding: try WireFormat.encode(Self.batch("alice", 2, [Self.insert(2, "x")])), as: UTF8.self)
+
+        let cases: [(String, Data, Int, String)] = [
+            ("not JSON", body("{"), 400, "malformed"),
+            ("an unknown field", body(good.replacingOccurrences(of: "\"number\"", with: "\"colour\":1,\"number\"")), 400, "unknown field 'colour'"),
+            ("an unknown table", try WireFormat.encode(Self.batch("alice", 3, [RowChange(table: "nope", key: 1, kind: .insert, values: ["id": 1])])), 400, "unknown table 'nope'"),
+            ("a value of the wrong type", try WireFormat.encode(Self.batch("alice", 4, [RowChange(table: "tasks", key: 3, kind: .insert, values: ["id": 3, "title": 5])])), 400, "field 'title' takes string values"),
+            ("an unknown field of a fixed table", try WireFormat.encode(Self.batch("alice", 5, [RowChange(table: "tasks", key: 3, kind: .insert, values: ["id": 3, "title": "t", "colour": "red"])])), 400, "no field 'colour'"),
+            ("an insert without a required field", try WireFormat.encode(Self.batch("alice", 6, [RowChange(table: "tasks", key: 3, kind: .insert, values: ["id": 3])])), 400, "needs field 'title'"),
+            ("a key of the wrong arity", try WireFormat.encode(Self.batch("alice", 7, [RowChange(table: "tasks", key: RowKey([1, 2]), kind: .delete)])), 400, "2 values"),
+            ("a batch id that is not client-number", try WireFormat.encode(Batch(id: "alice-99", clientID: "alice", number: 8, changes: [Self.insert(3, "x")])), 400, "not '<clientID>-<number>'"),
+            // A valid batch whose second row is bad: the first row must not be applied either.
+            ("a bad row after a good one", try WireFormat.encode(Self.batch("alice", 9, [Self.insert(4, "fine"), RowChange(table: "tasks", key: 5, kind: .insert, values: ["id": 5, "title": .null])])), 400, "may not be null"),
+            ("an oversized batch", try WireFormat.encode(Self.batch("alice", 10, (10..<200).map { Self.insert($0, String(repeating: "x", count: 40)) })), 413, "larger than the server takes"),
+        ]
+        for (what, data, status, message) in cases {
+            let r = try await request("POST", batches, token: token, body: data)
+            #expect(r.status == status, "\(what): \(r.body)")
+            #expect(r.body.contains(message), "\(what): \(r.body)")
+            #expect(try db.state() == before, "\(what) changed the server's data")
+        }
+
+        let changes = server.url.appendingPathComponent("v1/changes")
+        for (query, message) in [("since=v41", "anchor 'v41'"), ("since=0&limit=0", "limit"), ("since=0&limit=x", "limit"), ("until=zz", "until")] {
+            let r = try await request("GET", URL(string: "\(changes.absoluteString)?\(query)")!, token: token)
+            #expect(r.status == 400 && r.body.contains(message), "\(query): \(r.status) \(r.body)")
+        }
+        #expect(try db.state() == before)
+    }
+
+    @Test func tokensAreCheckedAndClientsPushOnlyAsThemselves() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        let aliceToken = try db.token(for: "alice")
+        _ = try db.token(for: "bob")
+        _ = try await HTTPSyncTransport(server: server.url, token: aliceToken).push(Self.batch("alice", 1, [Self.insert(1, "a")]))
+        let before = try db.state()
+        let bobsBatch = try WireFormat.encode(Self.batch("bob", 1, [Self.insert(2, "b")]))
+        let batches = server.url.appendingPathComponent("v1/batches")
+        let changes = server.url.appendingPathComponent("v1/changes")
+
+        for (token, status) in [(nil, 401), ("wrong", 401), (aliceToken, 403)] as [(String?, Int)] {
+            let r = try await request("POST", batches, token: token, body: bobsBatch)
+            #expect(r.status == status, "\(String(describing: token)): \(r.body)")
+            #expect(try db.state() == before)
+        }
+        for token in [nil, "wrong"] as [String?] {
+            #expect(try await request("GET", changes, token: token).status == 401)
+        }
+        // The transport says what happened.
+        await #expect { try await HTTPSyncTransport(server: server.url, token: "wrong").pull(since: nil) } throws: {
+            ($0 as? StrataError)?.code == .invalidOperation && ($0 as? StrataError)?.message.contains("401") == true
+        }
+        await #expect { try await HTTPSyncTransport(server: server.url, token: aliceToken).push(Self.batch("bob", 1, [Self.insert(2, "b")])) } throws: {
+            ($0 as? StrataError)?.message.contains("403") == true
+        }
+        #expect(try db.state() == before)
+    }
+
+    @Test func anUnreachableServerIsAnIOErrorThatSaysSo() async throws {
+        // Port 9 on loopback: nothing listens there.
+        let t = HTTPSyncTransport(server: URL(string: "http://127.0.0.1:9")!, token: "t", timeout: 2)
+        await #expect { try await t.pull(since: nil) } throws: {
+            ($0 as? StrataError)?.code == .io && ($0 as? StrataError)?.message.contains("cannot reach the sync server") == true
+        }
+    }
+
+    @Test func aBatchIsAppliedOnceEvenWhenItArrivesConcurrently() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        let token = try db.token(for: "alice")
+        let transport = HTTPSyncTransport(server: server.url, token: token)
+        let batch = Self.batch("alice", 1, (1...50).map { Self.insert($0, "t\($0)") })
+        let acks = try await withThrowingTaskGroup(of: BatchAck.self) { group in
+            for _ in 0..<8 { group.addTask { try await transport.push(batch) } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(Set(acks).count == 1, "every copy gets the same acknowledgement")
+        #expect(acks[0].results.allSatisfy { $0.status == .ok })
+        #expect(try db.sql("SELECT count(*), max(version) FROM strata_rows").trimmingCharacters(in: .whitespacesAndNewlines) == "50|50",
+                "each row written once")
+        #expect(try db.sql("SELECT count(*) FROM strata_batches").trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+        // Later, the same id again: the stored answer.
+        #expect(try await transport.push(batch) == acks[0])
+    }
+
+    @Test func concurrencyIsCheckedPerField() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        let a = HTTPSyncTransport(server: server.url, token: try db.token(for: "a"))
+        let b = HTTPSyncTransport(server: server.url, token: try db.token(for: "b"))
+        _ = try await a.push(Self.batch("a", 1, [RowChange(table: "tasks", key: 1, kind: .insert, values: ["id": 1, "title": "t", "priority": 1])]))
+        func update(_ f: String, _ old: Value, _ new: Value) -> RowChange {
+            RowChange(table: "tasks", key: 1, kind: .update, values: [f: new], originals: [f: old])
+        }
+        // Different fields of one row: both apply.
+        #expect(try await a.push(Self.batch("a", 2, [update("title", "t", "title A")])).results[0].status == .ok)
+        #expect(try await b.push(Self.batch("b", 1, [update("priority", 1, 2)])).results[0].status == .ok)
+        // The same field, changed first by someone else: a conflict, and nothing changes.
+        let before = try db.state().components(separatedBy: "\n").first
+        #expect(try await b.push(Self.batch("b", 2, [update("title", "t", "title B")])).results[0].status == .conflict)
+        #expect(try db.state().components(separatedBy: "\n").first == before)
+        // A delete naming stale originals is a conflict too; with the right ones it applies and
+        // leaves a tombstone that the changes feed lists.
+        #expect(try await b.push(Self.batch("b", 3, [RowChange(table: "tasks", key: 1, kind: .delete, originals: ["title": "t", "priority": 2])])).results[0].status == .conflict)
+        #expect(try await b.push(Self.batch("b", 4, [RowChange(table: "tasks", key: 1, kind: .delete, originals: ["title": "title A", "priority": 2])])).results[0].status == .ok)
+        let delta = try await a.pull(since: "0")
+        #expect(delta.tables.first { $0.table == "tasks" }?.deletes == [1])
+        #expect(try await a.pull(since: nil).tables.first { $0.table == "tasks" }?.upserts.isEmpty == true)
+    }
+
+    @Test func serverAssignedKeysReplaceClientKeys() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        let a = HTTPSyncTransport(server: server.url, token: try db.token(for: "a"))
+        let ack = try await a.push(Self.batch("a", 1, [
+            Self.insert(7, "parent"),
+            RowChange(table: "comments", key: -1, kind: .insert, values: ["id": -1, "task": 7, "text": "first"]),
+            RowChange(table: "comments", key: -2, kind: .insert, values: ["id": -2, "task": 7, "text": "second"]),
+        ]))
+        let keys = ack.results.compactMap(\.newKey)
+        #expect(keys.count == 2 && Set(keys).count == 2 && !keys.contains(-1) && !keys.contains(-2))
+        let rows = try await a.pull(since: nil).tables.first { $0.table == "comments" }!.upserts
+        #expect(Set(rows.map { RowKey([$0.fields["id"]!]) }) == Set(keys))
+    }
+
+    @Test func aChildOfAMissingParentIsRefusedWithItsReasonAndAction() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        let a = HTTPSyncTransport(server: server.url, token: try db.token(for: "a"))
+        _ = try await a.push(Self.batch("a", 1, [Self.insert(1, "one"), Self.insert(2, "two")]))
+        let before = try db.sql("SELECT tbl, key, fields, deleted FROM strata_rows ORDER BY 1, 2")
+        let ack = try await a.push(Self.batch("a", 2, [
+            RowChange(table: "tasks", key: 2, kind: .delete, originals: ["title": "two"]),
+            RowChange(table: "comments", key: -1, kind: .insert, values: ["id": -1, "task": 9, "text": "no such task"]),
+            RowChange(table: "comments", key: -2, kind: .insert, values: ["id": -2, "task": 2, "text": "task deleted just before"]),
+            RowChange(table: "comments", key: -3, kind: .insert, values: ["id": -3, "task": 1, "text": "fine"]),
+        ]))
+        #expect(ack.results.map(\.status) == [.ok, .error, .error, .ok])
+        #expect(ack.results[1].error == RowError(reason: "task names tasks 9, which does not exist on the server", action: .setAside))
+        #expect(ack.results[2].error?.action == .setAside)
+        // Only the delete and the good comment were written.
+        let after = try db.sql("SELECT tbl, key, fields, deleted FROM strata_rows ORDER BY 1, 2")
+        #expect(after.split(separator: "\n").count == before.split(separator: "\n").count + 1)
+        #expect(after.contains("\"fine\"") && !after.contains("no such task") && !after.contains("deleted just before"))
+    }
+
+    @Test func pagesAndResets() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        let t = HTTPSyncTransport(server: server.url, token: try db.token(for: "a"), pageSize: 3)
+        _ = try await t.push(Self.batch("a", 1, (1...10).map { Self.insert($0, "t\($0)") }))
+        _ = try await t.push(Self.batch("a", 2, [RowChange(table: "tasks", key: 2, kind: .delete, originals: ["title": "t2"])]))
+        // Ten rows in pages of three, as one delta; the deleted row is absent from a snapshot.
+        let snapshot = try await t.pull(since: nil)
+        #expect(snapshot.mode == .snapshot && snapshot.anchor == "11")
+        #expect(snapshot.tables.first { $0.table == "tasks" }!.upserts.count == 9)
+        let incremental = try await t.pull(since: "4")
+        #expect(incremental.since == "4" && incremental.anchor == "11")
+        #expect(incremental.tables[0].upserts.count == 6 && incremental.tables[0].deletes == [2])
+        // An anchor the server never handed out, and one older than the pruned tombstones.
+        await #expect { try await t.pull(since: "99") } throws: { ($0 as? ResetRequired)?.reason == .unknownClient }
+        let r = try run(productsFolder().appendingPathComponent("strata-server").path, ["prune", "--database-url", db.url, "--through", "11"])
+        #expect(r.status == 0, "\(r.err)")
+        do {
+            _ = try await t.pull(since: "4")
+            Issue.record("an expired anchor must ask for a reset")
+        } catch let e as ResetRequired {
+            #expect(e.reason == .anchorExpired)
+        }
+        #expect(try await t.pull(since: "11").tables.isEmpty)
+    }
+}
