@@ -167,6 +167,38 @@ public struct WriteTransaction: ReadableTransaction {
 
     /// A view of this transaction as a reader, for code written against ``ReadTransaction``.
     public var reader: ReadTransaction { ReadTransaction(handle: handle) }
+
+    /// Runs `body` in a nested transaction of this one: its writes join this transaction when
+    /// `body` returns, and are discarded, alone, when it throws (or an LMDB error hit it). This
+    /// transaction must not be used while `body` runs (LMDB's rule for a parent transaction).
+    ///
+    /// A full map fails this whole transaction, not only the nested one: the closure that owns
+    /// it must run again with a larger map.
+    public func nested<R>(_ body: (WriteTransaction) throws -> R) throws -> R {
+        var child: OpaquePointer?
+        var rc = mdb_txn_begin(mdb_txn_env(handle), handle, 0, &child)
+        guard rc == 0, let child else { try fail(rc, "mdb_txn_begin(nested)") }
+        let childStatus = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        childStatus.initialize(to: 0)
+        defer { childStatus.deallocate() }
+        let result: R
+        do {
+            result = try body(WriteTransaction(handle: child, status: childStatus))
+        } catch {
+            mdb_txn_abort(child)
+            if childStatus.pointee == MDB_MAP_FULL { status.pointee = MDB_MAP_FULL }
+            throw error
+        }
+        if childStatus.pointee != 0 {
+            mdb_txn_abort(child)
+            if childStatus.pointee == MDB_MAP_FULL { status.pointee = MDB_MAP_FULL }
+            throw LMDBError(code: childStatus.pointee, operation: "nested write transaction")
+        }
+        // Like every commit, this frees the child whether or not it succeeds.
+        rc = mdb_txn_commit(child)
+        if rc != 0 { try fail(rc, "mdb_txn_commit(nested)") }
+        return result
+    }
 }
 
 @available(*, unavailable, message: "transactions never leave their closure")

@@ -1,20 +1,45 @@
 import Dispatch
+import Synchronization
 
 extension Store {
-    /// Runs `body` in a write transaction on a background thread and resumes the caller with the
-    /// result, so async code never blocks its executor on LMDB's writer lock or on `fsync`.
+    /// Runs `body` in a write transaction and resumes the caller once it is committed, without
+    /// blocking a thread while it waits: the write joins the store's group commit (see
+    /// ``write(_:)``), and runs on the thread of the group's leader.
     ///
     /// `body` itself stays synchronous — LMDB ties a write transaction to the thread that began it.
     /// The same rules as ``write(_:)`` apply: it may run more than once when the map grows.
-    /// A write submitted before ``close()`` runs; one submitted after fails with `closed`.
+    /// A write submitted before ``close()`` runs; one submitted after fails with `closed`. If the
+    /// calling task is cancelled before `body` starts, `body` never runs and the call throws
+    /// `CancellationError`.
     public func write<R: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> R) async throws -> R {
-        // Counted from the call, not from when the queue runs it: a close() meanwhile waits for it.
+        // Counted from the call, not from when the group runs it: a close() meanwhile waits for it.
         try enterCall()
-        return try await withCheckedThrowingContinuation { continuation in
-            Store.writerQueue.async {
-                defer { self.leaveCall() }
-                continuation.resume(with: Result { try self.performWrite(body) })
+        defer { leaveCall() }
+        guard !core.isReadOnly else {
+            throw StrataError(.io, "the store at '\(path)' is read-only: this process cannot write its files; nothing was changed")
+        }
+        try Task.checkCancellation()
+        let result = Mutex<R?>(nil)
+        let request = Mutex<WriteRequest?>(nil)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<R, any Error>) in
+                let r = WriteRequest(
+                    run: { tx in
+                        let value = try body(tx)
+                        result.withLock { $0 = value }
+                    },
+                    completion: { r in
+                        if let error = r.error {
+                            continuation.resume(throwing: error)
+                        } else {
+                            continuation.resume(returning: result.withLock { $0! })
+                        }
+                    })
+                request.withLock { $0 = r }
+                core.writers.submit(r) { [self] group in commitGroup(group) }
             }
+        } onCancel: {
+            request.withLock { $0?.cancelled.store(true, ordering: .relaxed) }
         }
     }
 
@@ -28,8 +53,4 @@ extension Store {
             }
         }
     }
-
-    /// Async writes of all stores go through one serial queue: LMDB admits one writer per store
-    /// anyway, and a serial queue keeps waiting writers from occupying many threads.
-    private static let writerQueue = DispatchQueue(label: "strata.writer")
 }

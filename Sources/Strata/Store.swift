@@ -229,35 +229,83 @@ public final class Store: Sendable {
         guard !core.isReadOnly else {
             throw StrataError(.io, "the store at '\(path)' is read-only: this process cannot write its files; nothing was changed")
         }
-        var committedCatalog: Catalog?
-        var notification: CommitNotification?
+        return try withoutActuallyEscaping(body) { body in
+            var result: R?
+            // The leader clears `run` before it wakes this thread, so `body` does not escape.
+            let request = WriteRequest { tx in result = try body(tx) }
+            core.writers.runSynchronously(request) { [self] group in commitGroup(group) }
+            if let error = request.error { throw error }
+            return result!
+        }
+    }
+
+    /// Commits a group of writes in one LMDB transaction (see `GroupCommit.swift`): a lone
+    /// write runs directly in it; several run each in a nested transaction, so that one that
+    /// throws rolls back only its own edits. Sets each request's outcome; publishes the overlay
+    /// and the catalog and tells observers, one change set per closure in commit order.
+    func commitGroup(_ group: [WriteRequest]) {
         var committedOverlay: OverlayVersion?
-        let result: R
+        var committedCatalog: Catalog?
         do {
-            result = try Store.mappingStorageErrors {
+            try Store.mappingStorageErrors {
                 try env.write { txn in
+                    for request in group { request.resetOutcome() }
+                    committedCatalog = nil
                     let working = OverlayBuffer(try overlayVersion(for: txn.reader))
-                    let tx = try Transaction(store: self, txn: txn, overlay: working, catalog: try currentCatalog(txn))
-                    defer { tx.close() }
-                    let r = try body(tx)
-                    try tx.finish()
+                    var catalog = try currentCatalog(txn)
+                    /// Runs one closure in `t` (the transaction, or a nested one).
+                    func run(_ request: WriteRequest, in t: LMDB.WriteTransaction) throws {
+                        let tx = try Transaction(store: self, txn: t, overlay: working, catalog: catalog)
+                        defer { tx.close() }
+                        try request.run!(tx)
+                        try tx.finish()
+                        request.notification = tx.notification
+                        if tx.catalogChanged {
+                            catalog = tx.catalog
+                            committedCatalog = tx.catalog
+                        }
+                    }
+                    if group.count == 1 {
+                        try run(group[0], in: txn)
+                    } else {
+                        for request in group {
+                            if request.cancelled.load(ordering: .relaxed) {
+                                request.error = CancellationError()
+                                continue
+                            }
+                            let before = (working.version, catalog, committedCatalog)
+                            do {
+                                try txn.nested { try run(request, in: $0) }
+                            } catch let error as LMDBError where error.code == LMDBError.mapFull {
+                                // The whole group runs again with a larger map.
+                                throw error
+                            } catch {
+                                (working.version, catalog, committedCatalog) = before
+                                request.error = error
+                                request.notification = nil
+                            }
+                        }
+                    }
                     working.version.lmdbTxnID = txn.id
                     committedOverlay = working.version
-                    committedCatalog = tx.catalogChanged ? tx.catalog : nil
-                    notification = tx.notification
-                    return r
                 }
             }
-        } catch let error as StrataError where error.code == .storage {
-            throw diagnoseWriteFailure(error)
+        } catch {
+            let failure = (error as? StrataError).map { $0.code == .storage ? diagnoseWriteFailure($0) : $0 } ?? error
+            for request in group where request.error == nil {
+                request.error = failure
+                request.notification = nil
+            }
+            return
         }
         // Only after the commit, so that no snapshot sees view changes its log does not have.
         if let committedOverlay { overlay.publish(committedOverlay) }
         core.hasWritten.store(true, ordering: .relaxed)
         if let committedCatalog { publish(committedCatalog) }
-        // After the commit: nothing is told about a transaction that rolled back.
-        if let notification { observers.notify(notification) }
-        return result
+        // After the commit: nothing is told about a closure that rolled back.
+        for request in group where request.error == nil {
+            if let notification = request.notification { observers.notify(notification) }
+        }
     }
 
     /// Runs `body` with a consistent read-only snapshot of the store.

@@ -42,6 +42,8 @@ final class StoreCore: @unchecked Sendable {
     /// The view changes committed but not yet checkpointed, as of the newest commit (see
     /// `Checkpoint.swift`).
     let overlay = PublishedOverlay(.empty(at: 0))
+    /// Writes waiting for a group commit (see `GroupCommit.swift`).
+    let writers = WriteQueue()
     /// Whether this process committed a write to the store: only then does closing it
     /// checkpoint. A process that only reads never takes the writer's lock, even to close.
     let hasWritten = Atomic<Bool>(false)

@@ -7,7 +7,7 @@ import StrataWorkload
 // one process and prints every phase with Strata's ratio to each peer, as a Markdown table.
 //
 //   swift run -c release compare [--edits N] [--preload N] [--single N] [--batches 1000,100,1] [--probes N]
-//                                [--reads N] [--systems Strata,trigger,session,plain] [--page-rows N] [--paging-only]
+//                                [--reads N] [--concurrent N] [--systems Strata,trigger,session,plain] [--page-rows N] [--paging-only]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 func option(_ name: String, _ fallback: Int, in arguments: [String] = arguments) -> Int {
@@ -19,6 +19,7 @@ let preloadCount = option("preload", 100_000)
 let singleCount = option("single", 10_000)
 let timeTravelProbes = option("probes", 20)
 let pointReadCount = option("reads", 100_000)
+let concurrentTotal = option("concurrent", 4_000)
 var timeTravelAnswers: [[Value]?] = []
 let batches = (arguments.firstIndex(of: "--batches").map { arguments[$0 + 1] } ?? "1000,100,1").split(separator: ",").compactMap { Int($0) }
 
@@ -164,6 +165,20 @@ for batch in pagingOnly ? [] : batches {
     }
 }
 
+// Concurrent writers: 8 threads of single durable edits. Strata shares commits (group commit);
+// the plain SQLite table takes them one at a time behind its write lock.
+if concurrentTotal > 0 {
+    var rates: [String: Double] = [:]
+    for system in ["Strata", "SQLite plain"] where systems.contains(system) {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("strata-compare-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        rates[system] = system == "Strata"
+            ? try ConcurrentWriters.strata(folder: folder, threads: 8, total: concurrentTotal)
+            : try ConcurrentWriters.sqlite(folder: folder, threads: 8, total: concurrentTotal)
+    }
+    rows.append(Row(phase: "concurrent writers: 8 threads of single durable edits (\(concurrentTotal) in all)", unit: "edits/s", higherIsBetter: true, values: rates))
+}
+
 // Merge: a server delta of every preloaded row against 10% of them pending, all of those
 // conflicting (10% of the delta), server wins.
 let mergeWork = MergeWorkload(rows: preloadCount, pending: preloadCount / 10, conflicting: preloadCount / 10)
@@ -239,6 +254,9 @@ for r in rows {
         return String(format: "%.2f×", r.higherIsBetter ? s / p : p / s)
     }
     print("| \(r.phase) | \(r.unit) | " + columns.map { format(r.values[$0]) }.joined(separator: " | ") + " | \(ratio("SQLite trigger")) | \(ratio("SQLite session")) | \(ratio(rawLMDB)) |")
+}
+if let c = rows.first(where: { $0.phase.hasPrefix("concurrent writers") }), let s = c.values["Strata"], let p = c.values["SQLite plain"] {
+    print(String(format: "\nStrata ÷ SQLite plain, 8 concurrent writers of single durable edits: %.2f×", s / p))
 }
 if let full = rows.first(where: { $0.phase.hasPrefix("point reads, before") })?.values["Strata"],
    let after = rows.first(where: { $0.phase.hasPrefix("point reads, after") })?.values["Strata"] {

@@ -1,0 +1,145 @@
+import Dispatch
+import Foundation
+import LMDB
+import Synchronization
+
+// Group commit (`DESIGN.md`, "Group commit"). Concurrent writes of one store queue here; one
+// leader runs the queued closures in a single LMDB write transaction, each closure in a nested
+// transaction of its own, and commits once: every caller returns after that one durable commit,
+// so many writers share one fsync. A lone writer runs its closure directly in the transaction,
+// as before, and pays only a lock round trip.
+
+/// One `write` waiting for, or taking part in, a group commit.
+final class WriteRequest: @unchecked Sendable {
+    // @unchecked: the fields are written by the leader's thread while it runs the group, and read
+    // by the caller only after `finish()` (a semaphore signal or a continuation resume), which
+    // orders the two.
+
+    /// The caller's closure, storing its result on the caller's side. Cleared before the caller
+    /// is woken: a synchronous caller lends its closure without letting it escape.
+    var run: ((Transaction) throws -> Void)?
+    /// The outcome: `nil` when the closure's edits were committed.
+    var error: (any Error)?
+    /// What the closure changed, for observers.
+    var notification: CommitNotification?
+    /// Set when an async caller's task is cancelled: if the closure has not started, it never does.
+    let cancelled = Atomic<Bool>(false)
+
+    /// How the caller is told: a sleeping thread, or an async continuation.
+    private let semaphore: DispatchSemaphore?
+    private let completion: (@Sendable (WriteRequest) -> Void)?
+    /// Set before a sleeping caller is woken: whether it was woken to lead the next group.
+    fileprivate var leads = false
+
+    /// A request whose caller waits on its own thread.
+    init(run: @escaping (Transaction) throws -> Void) {
+        self.run = run
+        semaphore = DispatchSemaphore(value: 0)
+        completion = nil
+    }
+
+    /// A request whose caller is resumed by `completion` (async writes: no thread waits).
+    init(run: @escaping (Transaction) throws -> Void, completion: @escaping @Sendable (WriteRequest) -> Void) {
+        self.run = run
+        semaphore = nil
+        self.completion = completion
+    }
+
+    var isAsync: Bool { completion != nil }
+
+    /// Forgets the outcome of an earlier attempt (the group runs again when the map grew).
+    func resetOutcome() {
+        error = nil
+        notification = nil
+    }
+
+    /// Tells the caller its write is done.
+    fileprivate func finish() {
+        run = nil
+        if let semaphore { semaphore.signal() } else { completion!(self) }
+    }
+
+    /// Wakes a sleeping caller to lead the next group.
+    fileprivate func wakeToLead() {
+        leads = true
+        semaphore!.signal()
+    }
+
+    fileprivate func sleep() { semaphore!.wait() }
+}
+
+/// The writers of one store waiting for a group commit, and who leads.
+final class WriteQueue: @unchecked Sendable {
+    // @unchecked: every field is read and changed under `lock`.
+    private let lock = NSLock()
+    private var waiting: [WriteRequest] = []
+    /// Whether a leader is running a group (or is about to).
+    private var leading = false
+    /// The thread of the running leader: a write from inside a write closure would wait for
+    /// itself, so it traps instead.
+    private var leaderThread: pthread_t?
+
+    /// The most closures in one group: a bound on how long the first of them waits.
+    static let maxGroup = 256
+
+    /// Runs `request` to completion: as the leader of a group when no other write runs, else as
+    /// a follower of the current leader's next group. Returns when its commit is durable (or it
+    /// failed: see `request.error`).
+    func runSynchronously(_ request: WriteRequest, _ commit: @escaping @Sendable ([WriteRequest]) -> Void) {
+        lock.lock()
+        if let leaderThread, pthread_equal(leaderThread, pthread_self()) != 0 {
+            lock.unlock()
+            preconditionFailure("Strata: a write was begun inside a write closure on the same thread; it would wait for itself")
+        }
+        if leading {
+            waiting.append(request)
+            lock.unlock()
+            request.sleep()
+            guard request.leads else { return }
+        } else {
+            leading = true
+            lock.unlock()
+        }
+        lead(first: request, commit)
+    }
+
+    /// Starts `request` without blocking the caller: it is queued for the current leader, or, if
+    /// none runs, leads a group on a thread of its own. `request`'s completion reports the end.
+    func submit(_ request: WriteRequest, _ commit: @escaping @Sendable ([WriteRequest]) -> Void) {
+        lock.lock()
+        if leading {
+            waiting.append(request)
+            lock.unlock()
+            return
+        }
+        leading = true
+        lock.unlock()
+        DispatchQueue.global().async { self.lead(first: request, commit) }
+    }
+
+    /// Runs groups, starting with one led by `first`, then hands the lead to the next waiting
+    /// request (or gives it up).
+    private func lead(first: WriteRequest, _ commit: @escaping @Sendable ([WriteRequest]) -> Void) {
+        lock.lock()
+        leaderThread = pthread_self()
+        let taken = min(waiting.count, Self.maxGroup - 1)
+        let group = [first] + waiting.prefix(taken)
+        waiting.removeFirst(taken)
+        lock.unlock()
+
+        commit(group)
+
+        lock.lock()
+        leaderThread = nil
+        let next = waiting.isEmpty ? nil : waiting.removeFirst()
+        if next == nil { leading = false }
+        lock.unlock()
+        for request in group { request.finish() }
+        guard let next else { return }
+        if next.isAsync {
+            DispatchQueue.global().async { self.lead(first: next, commit) }
+        } else {
+            next.wakeToLead()
+        }
+    }
+}

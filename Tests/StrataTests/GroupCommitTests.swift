@@ -1,0 +1,130 @@
+import Foundation
+@testable import Strata
+import StrataWorkload
+import Synchronization
+import Testing
+
+/// Group commit: concurrent writes share one LMDB transaction, each closure in a nested one.
+@Suite struct GroupCommitTests {
+    struct Refused: Error, Equatable { let thread: Int; let n: Int }
+
+    /// Threads write their own rows at once, and some closures throw after editing: every
+    /// successful closure's edits are there, no failed one's; each caller got its own outcome;
+    /// observers saw one change set per successful closure, in log order; the log holds each
+    /// closure's operations contiguously, in commit order.
+    @Test func concurrentWritersKeepWholeClosuresAndTheirOwnErrors() throws {
+        let seed = testSeed("GroupCommitTests")
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            let threads = 8
+            let perThread = 60
+            // Per thread: the outcome of each write (true: committed), and the error it got.
+            let outcomes = Mutex([[Bool]](repeating: [], count: threads))
+            let errors = Mutex([[Refused]](repeating: [], count: threads))
+            let seen = Mutex([CommitNotification]())
+            let token = store.observe { n in seen.withLock { $0.append(n) } }
+            defer { token.cancel() }
+            let group = DispatchGroup()
+            for t in 0..<threads {
+                group.enter()
+                Thread {
+                    defer { group.leave() }
+                    var g = SplitMix64(seed: seed &+ UInt64(t))
+                    for n in 0..<perThread {
+                        let fail = g.next() % 4 == 0
+                        do {
+                            try store.write { tx in
+                                for part in 0..<3 {
+                                    try tx.insert("tasks", ["id": .int(Int64(t * 10_000 + n * 10 + part)), "title": .string("t\(t) n\(n)")])
+                                }
+                                if fail { throw Refused(thread: t, n: n) }
+                            }
+                            outcomes.withLock { $0[t].append(true) }
+                        } catch let e as Refused {
+                            outcomes.withLock { $0[t].append(false) }
+                            errors.withLock { $0[t].append(e) }
+                        } catch {
+                            Issue.record("thread \(t) write \(n): unexpected \(error)")
+                        }
+                    }
+                }.start()
+            }
+            group.wait()
+            let rows = try store.read { try $0.rows("tasks") }
+            var byWrite: [Int: Int] = [:]
+            for row in rows { byWrite[Int(row.key.values[0].intValue!) / 10, default: 0] += 1 }
+            for t in 0..<threads {
+                let o = outcomes.withLock { $0[t] }
+                #expect(o.count == perThread)
+                for (n, ok) in o.enumerated() {
+                    let count = byWrite[t * 1_000 + n] ?? 0
+                    #expect(count == (ok ? 3 : 0), "thread \(t) write \(n): \(count) rows, committed \(ok)")
+                }
+                // Each failed caller got exactly its own error.
+                let failed = o.enumerated().filter { !$0.element }.map { Refused(thread: t, n: $0.offset) }
+                #expect(errors.withLock { $0[t] } == failed)
+            }
+            // The log: each closure's three operations together, and the notifications in the
+            // same order, one per committed closure.
+            let ops = try store.read { try $0.operations() }.filter { $0.table == "tasks" }
+            var closures: [Int] = []
+            for chunk in stride(from: 0, to: ops.count, by: 3) {
+                let ids = ops[chunk..<min(chunk + 3, ops.count)].map { Int($0.key.values[0].intValue!) / 10 }
+                #expect(Set(ids).count == 1, "operations of different closures interleave at \(chunk)")
+                closures.append(ids[0])
+            }
+            let notified = seen.withLock { $0 }.map { n in Int(n.changes[0].key.values[0].intValue!) / 10 }
+            #expect(notified == closures)
+            #expect(closures.count == outcomes.withLock { $0.flatMap { $0 }.filter { $0 }.count })
+            #expect(try store.verify().isConsistent)
+        }
+    }
+
+    /// A lone writer's closure runs in the transaction itself, on the caller's thread.
+    @Test func aLoneWriterRunsOnItsOwnThread() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            let caller = pthread_self()
+            let same = try store.write { tx in
+                try tx.insert("tasks", ["id": 1, "title": "a"])
+                return pthread_equal(pthread_self(), caller) != 0
+            }
+            #expect(same)
+        }
+    }
+
+    /// Async writes join the group commit too; a task cancelled before its closure runs never
+    /// runs it.
+    @Test func asyncWritersCommitAndCancelledOnesDoNotRun() async throws {
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(tasksSchema)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<40 {
+                    group.addTask { try await store.write { tx in try tx.insert("tasks", ["id": .int(Int64(i)), "title": "x"]) } }
+                }
+                try await group.waitForAll()
+            }
+            #expect(try await store.read { try $0.count("tasks") } == 40)
+            final class Flag: Sendable { let value = Atomic<Bool>(false) }
+            let ran = Flag()
+            let task = Task {
+                // Cancelled before it starts: the closure must not run.
+                withUnsafeCurrentTask { $0?.cancel() }
+                try await store.write { tx in
+                    ran.value.store(true, ordering: .relaxed)
+                    try tx.insert("tasks", ["id": 1000, "title": "late"])
+                }
+            }
+            let outcome = await task.result
+            guard case .failure(let e) = outcome else {
+                Issue.record("a cancelled write ran")
+                return
+            }
+            #expect(e is CancellationError)
+            let didRun = ran.value.load(ordering: .relaxed)
+            #expect(!didRun)
+            #expect(try await store.read { try $0.row("tasks", key: 1000) } == nil)
+        }
+    }
+}
