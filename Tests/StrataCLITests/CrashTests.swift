@@ -1,6 +1,7 @@
 import Foundation
 import Strata
 import StrataWorkload
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -34,13 +35,27 @@ import Glibc
             process.environment = ProcessInfo.processInfo.environment.merging(["STRATA_OVERLAY_BUDGET": budget]) { $1 }
             let out = Pipe()
             process.standardOutput = out
+            // Collects the writer's output as it comes, so the kill can wait for a first commit
+            // (a slow start, under a sanitizer or a loaded machine, must not end a round empty).
+            let output = Mutex(Data())
+            out.fileHandleForReading.readabilityHandler = { h in
+                let chunk = h.availableData
+                output.withLock { $0.append(chunk) }
+            }
             try process.run()
-            // Let it get going (the first run creates the store), then kill it mid-write.
-            usleep(UInt32(150_000 + g.next() % 250_000))
+            let deadline = ContinuousClock.now + .seconds(120)
+            while ContinuousClock.now < deadline, process.isRunning,
+                  !String(decoding: output.withLock { $0 }, as: UTF8.self).contains("C ") {
+                usleep(5_000)
+            }
+            // Then kill it mid-write, a random moment later.
+            usleep(UInt32(20_000 + g.next() % 250_000))
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
+            out.fileHandleForReading.readabilityHandler = nil
+            output.withLock { $0.append(out.fileHandleForReading.readDataToEndOfFile()) }
             #expect(process.terminationReason == .uncaughtSignal, "round \(round): the writer stopped by itself")
-            let lines = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n")
+            let lines = String(decoding: output.withLock { $0 }, as: UTF8.self).split(separator: "\n")
             let reported = lines.compactMap { $0.hasPrefix("C ") ? Int($0.dropFirst(2)) : nil }.last ?? lastCommitted
             #expect(reported > lastCommitted, "round \(round): the writer committed nothing")
 
