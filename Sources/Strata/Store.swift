@@ -209,6 +209,13 @@ public final class Store: Sendable {
     ///
     /// `body` is synchronous: LMDB ties a write transaction to its thread, so it must not suspend.
     ///
+    /// **Group commit.** Writes from several threads at once share commits: the first runs the
+    /// closures waiting meanwhile in the same LMDB transaction, each in a nested transaction of
+    /// its own, and commits once; every caller returns after that one durable commit with its
+    /// own result or error (a closure that throws rolls back only its own edits). Such a `body`
+    /// may therefore run on another caller's thread; a lone writer's runs on its own. Observers
+    /// get one change set per closure, in commit order.
+    ///
     /// - Important: **`body` may run more than once.** When the store's memory map fills up during
     ///   the write, LMDB aborts the transaction; the store grows the map and runs `body` again from
     ///   the start. Its edits are then made once (the aborted attempt stored nothing), but anything
