@@ -100,6 +100,8 @@ public final class Environment: @unchecked Sendable {
     /// The first LMDB error seen inside the current write transaction.
     private let writerStatus: UnsafeMutablePointer<Int32>
     private let pageSize: Int
+    /// Where the map lies, to check what transactions lend (see ``LMDBError/valueOutsideFile``).
+    private let bounds: MapBounds
     /// Reader slots of dead processes that `mdb_reader_check` cleared when this environment was
     /// opened. Such slots would otherwise pin old pages (the file grows) and use up slots.
     public let staleReadersCleared: Int
@@ -139,6 +141,7 @@ public final class Environment: @unchecked Sendable {
         mdb_env_stat(env, &stat)
         self.pageSize = Int(stat.ms_psize)
         self.staleReadersCleared = Int(dead)
+        self.bounds = MapBounds(env: env)
         self.handle = env
         self.path = path
         self.options = options
@@ -181,7 +184,7 @@ public final class Environment: @unchecked Sendable {
                 mdb_txn_abort(txn)
                 leave()
             }
-            return try body(ReadTransaction(handle: txn))
+            return try body(ReadTransaction(handle: txn, lent: LentMemory(bounds: bounds, writing: false)))
         }
     }
 
@@ -210,7 +213,7 @@ public final class Environment: @unchecked Sendable {
             writerStatus.pointee = 0
             let result: R
             do {
-                result = try body(WriteTransaction(handle: txn, status: writerStatus))
+                result = try body(WriteTransaction(handle: txn, status: writerStatus, lent: LentMemory(bounds: bounds, writing: true)))
             } catch {
                 let status = writerStatus.pointee
                 mdb_txn_abort(txn)
@@ -265,7 +268,7 @@ public final class Environment: @unchecked Sendable {
             throw LMDBError(code: rc, operation: "mdb_dbi_open(\(name ?? "main"))")
         }
         try check(mdb_txn_commit(txn), "mdb_txn_commit")
-        return Database(dbi: dbi)
+        return Database(dbi: dbi, name: name)
     }
 
     // MARK: Maintenance
@@ -337,6 +340,8 @@ public final class Environment: @unchecked Sendable {
             let current = info().me_mapsize
             guard current <= size else { return }
             try check(mdb_env_set_mapsize(handle, current * 2), "mdb_env_set_mapsize")
+            // LMDB mapped the file again, most likely elsewhere.
+            bounds.locate()
         }
     }
 
@@ -344,6 +349,7 @@ public final class Environment: @unchecked Sendable {
     private func adoptResizedMap() throws {
         try exclusively {
             try check(mdb_env_set_mapsize(handle, 0), "mdb_env_set_mapsize(0)")
+            bounds.locate()
         }
     }
 

@@ -99,6 +99,9 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         if error.code == ENOSPC || error.code == EFBIG || error.code == EDQUOT {
             return StrataError(.diskFull, "the disk is full (\(error.message)): the write was rolled back and the store is unchanged; free space and retry", cause: error)
         }
+        if error.code == LMDBError.valueOutsideFile {
+            return StrataError(.corruptRecord, "the store's file is damaged: a record of the database \(error.database ?? "main") reaches outside the data file; run `strata salvage` to recover what is readable", cause: error)
+        }
         return StrataError(.storage, "the storage engine failed: \(error.description)", cause: error)
     }
 }
