@@ -305,7 +305,17 @@ public final class Store: Sendable {
 extension Store {
     /// Copies the store to the folder `path` (which must exist and be empty), optionally
     /// compacted. Safe while the store is in use: the copy is one consistent snapshot.
+    /// A copy that fails (a full disk) leaves no partial `data.mdb` behind.
     public func copy(to path: String, compact: Bool = true) throws {
-        try Store.mappingStorageErrors { try env.copy(to: path, compact: compact) }
+        FileSizeSignal.ignore()
+        try Store.mappingStorageErrors {
+            do {
+                try env.copy(to: path, compact: compact)
+            } catch let e as LMDBError where e.code != EEXIST {
+                // LMDB created the file (O_EXCL): what it wrote is a fragment, not a store.
+                unlink(path + "/data.mdb")
+                throw e
+            }
+        }
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import Strata
 
 @main
@@ -18,4 +19,12 @@ struct StrataCommand: ParsableCommand {
             BenchCommand.self,
         ]
     )
+
+    /// Ignores SIGXFSZ before anything runs: past a file size limit (`ulimit -f`) every write then
+    /// fails with `EFBIG`, which each command reports as a full disk, instead of the signal
+    /// killing the process halfway through a file.
+    static func main() {
+        signal(SIGXFSZ, SIG_IGN)
+        main(nil)
+    }
 }
