@@ -291,6 +291,19 @@ public final class Environment: @unchecked Sendable {
         return DatabaseStats(s)
     }
 
+    /// The page of the data file that `pointer` — memory lent by a transaction of this
+    /// environment — lies in, or `nil` when it is not in the map (a write transaction's dirty
+    /// page) or the map's address is unknown (see ``LMDBError/valueOutsideFile``). For reports
+    /// that say where in the file something is.
+    public func page(of pointer: UnsafeRawPointer) -> Int? {
+        let p = UInt(bitPattern: pointer)
+        guard bounds.base != 0, p >= bounds.base, p - bounds.base < bounds.mapSize else { return nil }
+        return Int((p - bounds.base) / UInt(pageSize))
+    }
+
+    /// The size of a page, in bytes.
+    public var pageBytes: Int { pageSize }
+
     /// The current map size in bytes.
     public var mapSize: Int { info().me_mapsize }
 
