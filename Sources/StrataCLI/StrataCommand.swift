@@ -17,7 +17,7 @@ struct StrataCommand: ParsableCommand {
         subcommands: [
             DemoCommand.self, InfoCommand.self, ShowCommand.self, LogCommand.self, HistoryCommand.self,
             PendingCommand.self, ConflictsCommand.self, MergeCommand.self, CompactCommand.self, RebuildCommand.self,
-            VerifyCommand.self, CheckCommand.self, ReplayCommand.self, ExportCommand.self, ImportCommand.self, CopyCommand.self,
+            VerifyCommand.self, CheckCommand.self, SalvageCommand.self, ReplayCommand.self, ExportCommand.self, ImportCommand.self, CopyCommand.self,
             BenchCommand.self, WalkPagesCommand.self,
         ]
     )
