@@ -28,12 +28,14 @@ final class MapBounds: @unchecked Sendable {
     private(set) var base: UInt = 0
     private(set) var mapSize: UInt = 0
     private let fd: Int32
+    private let env: OpaquePointer
     private let fileSize = Atomic<Int>(0)
 
     init(env: OpaquePointer) {
         var fd: Int32 = -1
         if mdb_env_get_fd(env, &fd) != 0 { fd = -1 }
         self.fd = fd
+        self.env = env
         locate()
     }
 
@@ -47,21 +49,46 @@ final class MapBounds: @unchecked Sendable {
         var st = stat()
         guard fstat(fd, &st) == 0, let maps = fopen("/proc/self/maps", "r") else { return }
         defer { fclose(maps) }
+        var candidates: [(start: UInt, size: UInt)] = []
         var line = [CChar](repeating: 0, count: 4096)
         while fgets(&line, Int32(line.count), maps) != nil {
             // "start-end perms offset dev inode path"
             let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             let fields = text.split(separator: " ", omittingEmptySubsequences: true)
             guard fields.count >= 6, UInt64(fields[4]) == UInt64(st.st_ino), UInt64(fields[2], radix: 16) == 0,
-                  fields[5].hasSuffix("data.mdb\n") || fields[5].hasSuffix("data.mdb")
+                  text.hasSuffix("/data.mdb\n") || text.hasSuffix("/data.mdb")
             else { continue }
             let range = fields[0].split(separator: "-")
             guard range.count == 2, let start = UInt(range[0], radix: 16), let end = UInt(range[1], radix: 16), end > start else { continue }
-            base = start
-            mapSize = end - start
-            return
+            candidates.append((start, end - start))
+        }
+        // The file can be mapped more than once in a process (another environment on it): take
+        // the mapping that holds memory this environment lends; unsure, leave the check off.
+        var chosen = candidates.count == 1 ? candidates.first : nil
+        if candidates.count > 1, let p = firstLentPointer() {
+            chosen = candidates.first { p >= $0.start && p - $0.start < $0.size }
+        }
+        if let chosen {
+            base = chosen.start
+            mapSize = chosen.size
         }
         #endif
+    }
+
+    /// The address of the main database's first key, read in a throw-away read transaction:
+    /// a pointer into this environment's own map.
+    private func firstLentPointer() -> UInt? {
+        var txn: OpaquePointer?
+        guard mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn) == 0, let txn else { return nil }
+        defer { mdb_txn_abort(txn) }
+        var cursor: OpaquePointer?
+        // dbi 1 is LMDB's main database, open in every transaction.
+        guard mdb_cursor_open(txn, 1, &cursor) == 0, let cursor else { return nil }
+        defer { mdb_cursor_close(cursor) }
+        var k = MDB_val()
+        var v = MDB_val()
+        guard mdb_cursor_get(cursor, &k, &v, MDB_FIRST) == 0, let data = k.mv_data else { return nil }
+        return UInt(bitPattern: data)
     }
 
     private func currentFileSize() -> Int? {

@@ -204,7 +204,7 @@ private final class TimeoutFlag: @unchecked Sendable {
 
 /// The walk itself, in the child: opens the environment read-only with LMDB alone (no Strata
 /// code runs on the damaged file), lists the named databases, and reads every entry of each,
-/// every byte of every value, printing where it is as it goes. Lines go straight to the
+/// touching every page of every value, printing where it is as it goes. Lines go straight to the
 /// descriptor (no buffering), so the parent has them even when LMDB kills the process.
 enum PageWalk {
     static func run(path: String, from: Int) {
@@ -255,8 +255,15 @@ enum PageWalk {
                         var e = try c.first()
                         while let entry = e {
                             entries += 1
-                            // Every byte of the value: overflow pages are read too.
-                            for b in entry.value { sum &+= b }
+                            // A byte of every page the value spans, and its last one: every
+                            // overflow page is touched, and a value past the file's end faults
+                            // here, in the child, if the wrapper's check let it through.
+                            var i = 0
+                            while i < entry.value.count {
+                                sum &+= entry.value[i]
+                                i += 1024
+                            }
+                            if let last = entry.value.last { sum &+= last }
                             if let base = entry.key.baseAddress, let page = env.page(of: base), page != lastPage {
                                 lastPage = page
                                 emit("page\t\(page)\t\(entries)")

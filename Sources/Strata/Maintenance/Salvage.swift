@@ -148,22 +148,16 @@ extension Store {
         kept.sort { $0.lsn < $1.lsn }
         report.rowsWithGaps.sort { $0.keptFrom < $1.keptFrom }
 
-        // What was lost: the LSNs after the horizon, up to the last recovered, not recovered.
-        if let last = operations.keys.max() {
-            var lost: [ClosedRange<UInt64>] = []
-            var start: UInt64? = nil
-            var lsn = meta.horizon + 1
-            while lsn <= last {
-                if operations[lsn] == nil {
-                    if start == nil { start = lsn }
-                } else if let s = start {
-                    lost.append(s...(lsn - 1))
-                    start = nil
-                }
-                lsn += 1
-            }
-            report.lostRanges = lost
+        // What was lost: the LSNs after the horizon, up to the last recovered, not recovered —
+        // the holes between consecutive recovered LSNs (a damaged key can make one huge, so
+        // they are never enumerated one by one).
+        var lost: [ClosedRange<UInt64>] = []
+        var expected = meta.horizon + 1
+        for lsn in operations.keys.sorted() {
+            if lsn > expected { lost.append(expected...(lsn - 1)) }
+            expected = lsn + 1
         }
+        report.lostRanges = lost
         report.recoveredOperations = kept.count
         if let first = kept.first, let last = kept.last { report.recoveredRange = first.lsn...last.lsn }
 
@@ -283,11 +277,12 @@ struct RawPages {
                 var value: [UInt8]? = nil
                 if nodeFlags & Self.bigData != 0 {
                     guard node + 16 + keySize <= base + psize else { continue }
+                    // The page number is damaged data like any other: range-checked before use.
                     let over = Int(clamping: Self.u64(file, node + 8 + keySize))
-                    let start = over * psize + Self.headerSize
                     if over > 1, over < pageCount, Self.u64(file, over * psize) == UInt64(over),
-                       Self.u16(file, over * psize + 10) & Self.overflow != 0, size >= 0, start + size <= file.count {
-                        value = Array(file[start..<(start + size)])
+                       Self.u16(file, over * psize + 10) & Self.overflow != 0 {
+                        let start = over * psize + Self.headerSize
+                        if start + size <= file.count { value = Array(file[start..<(start + size)]) }
                     }
                 } else if node + 8 + keySize + size <= base + psize {
                     value = Array(file[(node + 8 + keySize)..<(node + 8 + keySize + size)])
