@@ -35,6 +35,7 @@ let package = Package(
         .executableTarget(
             name: "StrataCLI",
             dependencies: [
+                "LMDB",
                 "Strata",
                 "StrataSync",
                 "StrataWorkload",

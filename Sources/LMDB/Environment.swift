@@ -108,6 +108,8 @@ public final class Environment: @unchecked Sendable {
     /// The first LMDB error seen inside the current write transaction.
     private let writerStatus: UnsafeMutablePointer<Int32>
     private let pageSize: Int
+    /// Where the map lies, to check what transactions lend (see ``LMDBError/valueOutsideFile``).
+    private let bounds: MapBounds
     /// Reader slots of dead processes that `mdb_reader_check` cleared when this environment was
     /// opened. Such slots would otherwise pin old pages (the file grows) and use up slots.
     public let staleReadersCleared: Int
@@ -158,6 +160,7 @@ public final class Environment: @unchecked Sendable {
         mdb_env_stat(env, &stat)
         self.pageSize = Int(stat.ms_psize)
         self.staleReadersCleared = Int(dead)
+        self.bounds = MapBounds(env: env)
         self.handle = env
         self.path = path
         self.options = options
@@ -204,7 +207,7 @@ public final class Environment: @unchecked Sendable {
                 mdb_txn_abort(txn)
                 leave()
             }
-            return try body(ReadTransaction(handle: txn))
+            return try body(ReadTransaction(handle: txn, lent: LentMemory(bounds: bounds, writing: false)))
         }
     }
 
@@ -246,7 +249,7 @@ public final class Environment: @unchecked Sendable {
             writerStatus.pointee = 0
             let result: R
             do {
-                result = try body(WriteTransaction(handle: txn, status: writerStatus))
+                result = try body(WriteTransaction(handle: txn, status: writerStatus, lent: LentMemory(bounds: bounds, writing: true)))
             } catch {
                 let status = writerStatus.pointee
                 mdb_txn_abort(txn)
@@ -303,7 +306,7 @@ public final class Environment: @unchecked Sendable {
             throw LMDBError(code: rc, operation: "mdb_dbi_open(\(name ?? "main"))")
         }
         try check(mdb_txn_commit(txn), "mdb_txn_commit")
-        return Database(dbi: dbi)
+        return Database(dbi: dbi, name: name)
     }
 
     // MARK: Maintenance
@@ -366,6 +369,19 @@ public final class Environment: @unchecked Sendable {
         if !isClosed { mdb_env_stat(handle, &s) }
         return DatabaseStats(s)
     }
+
+    /// The page of the data file that `pointer` — memory lent by a transaction of this
+    /// environment — lies in, or `nil` when it is not in the map (a write transaction's dirty
+    /// page) or the map's address is unknown (see ``LMDBError/valueOutsideFile``). For reports
+    /// that say where in the file something is.
+    public func page(of pointer: UnsafeRawPointer) -> Int? {
+        let p = UInt(bitPattern: pointer)
+        guard bounds.base != 0, p >= bounds.base, p - bounds.base < bounds.mapSize else { return nil }
+        return Int((p - bounds.base) / UInt(pageSize))
+    }
+
+    /// The size of a page, in bytes.
+    public var pageBytes: Int { pageSize }
 
     /// The current map size in bytes.
     public var mapSize: Int { info().me_mapsize }
@@ -430,6 +446,8 @@ public final class Environment: @unchecked Sendable {
             var new = current * 2
             while used + headroom(new) > new { new *= 2 }
             try check(mdb_env_set_mapsize(handle, new), "mdb_env_set_mapsize")
+            // LMDB mapped the file again, most likely elsewhere.
+            bounds.locate()
         }
     }
 
@@ -437,6 +455,7 @@ public final class Environment: @unchecked Sendable {
     private func adoptResizedMap() throws {
         try exclusively {
             try check(mdb_env_set_mapsize(handle, 0), "mdb_env_set_mapsize(0)")
+            bounds.locate()
         }
     }
 

@@ -16,16 +16,33 @@ public struct LMDBError: Error, Hashable, Sendable, CustomStringConvertible {
     public let code: Int32
     /// The operation that failed, for example `"mdb_put"`.
     public let operation: String
+    /// The named database involved, when the wrapper knows it (see ``valueOutsideFile``).
+    public let database: String?
 
-    public init(code: Int32, operation: String) {
+    public init(code: Int32, operation: String, database: String? = nil) {
         self.code = code
         self.operation = operation
+        self.database = database
     }
 
     /// LMDB's description of ``code``.
-    public var message: String { String(cString: mdb_strerror(code)) }
+    public var message: String {
+        if code == Self.valueOutsideFile {
+            return "a key or value lent by LMDB reaches outside the data file (the file is damaged)"
+        }
+        return String(cString: mdb_strerror(code))
+    }
 
-    public var description: String { "\(operation) failed: \(message) (\(code))" }
+    public var description: String {
+        let db = database.map { " in database \($0)" } ?? ""
+        return "\(operation)\(db) failed: \(message) (\(code))"
+    }
+
+    /// Not an LMDB code but the wrapper's own: a key or value that LMDB lent lies outside the
+    /// mapped data file, or reaches past its end. LMDB keeps no checksums, so this is how a
+    /// damaged page shows itself before it can fault (SIGBUS) the reader. Chosen below LMDB's
+    /// own range (`MDB_KEYEXIST` … `MDB_LAST_ERRCODE`, -30799 … -30780).
+    public static let valueOutsideFile: Int32 = -30_900
 
     /// The map is full; ``Environment`` grows the map and retries, so callers never see this.
     public static let mapFull = MDB_MAP_FULL

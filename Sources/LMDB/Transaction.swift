@@ -4,6 +4,13 @@ import CLMDB
 public struct Database: Sendable, Hashable {
     /// The raw `MDB_dbi`.
     public let dbi: MDB_dbi
+    /// The name it was opened with; `nil` for the main database.
+    public let name: String?
+
+    init(dbi: MDB_dbi, name: String?) {
+        self.dbi = dbi
+        self.name = name
+    }
 }
 
 /// Flags for ``WriteTransaction/put(_:_:in:flags:)``.
@@ -43,6 +50,8 @@ public func withBytes<R, E: Error>(_ array: [UInt8], _ body: (UnsafeRawBufferPoi
 public protocol ReadableTransaction {
     /// The raw `MDB_txn*`. Valid only inside the closure that lent the transaction.
     var handle: OpaquePointer { get }
+    /// How to check memory that LMDB lends this transaction (see ``LMDBError/valueOutsideFile``).
+    var lent: LentMemory { get }
 }
 
 extension ReadableTransaction {
@@ -51,14 +60,17 @@ extension ReadableTransaction {
     /// The returned memory points into the map: it is valid until the transaction ends (and in
     /// a write transaction, until the next write). Copy it out to keep it.
     ///
+    /// A value that lies outside the data file (a damaged page) throws
+    /// ``LMDBError/valueOutsideFile`` instead of being lent.
+    ///
     /// - Complexity: O(log n).
-    @inlinable
     public func get(_ key: UnsafeRawBufferPointer, in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? {
         var k = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         var v = MDB_val()
         let rc = mdb_get(handle, db.dbi, &k, &v)
         if rc == MDB_NOTFOUND { return nil }
         try check(rc, "mdb_get")
+        try lent.check(MDB_val(), v, "mdb_get", db)
         return UnsafeRawBufferPointer(start: v.mv_data, count: v.mv_size)
     }
 
@@ -74,7 +86,7 @@ extension ReadableTransaction {
         // A write transaction's commit frees its cursors, so the cursor is closed here, before
         // the transaction can end.
         defer { mdb_cursor_close(c) }
-        var cursor = Cursor(handle: c!)
+        var cursor = Cursor(handle: c!, lent: lent, db: db)
         return try body(&cursor)
     }
 
@@ -93,6 +105,7 @@ extension ReadableTransaction {
 /// A read-only snapshot transaction, lent by ``Environment/read(_:)``. Never let it escape.
 public struct ReadTransaction: ReadableTransaction {
     public let handle: OpaquePointer
+    public let lent: LentMemory
 }
 
 @available(*, unavailable, message: "transactions never leave their closure")
@@ -105,6 +118,7 @@ extension ReadTransaction: Sendable {}
 public struct WriteTransaction: ReadableTransaction {
     public let handle: OpaquePointer
     let status: UnsafeMutablePointer<Int32>
+    public let lent: LentMemory
 
     /// Records the first failure of this transaction, then throws it.
     @usableFromInline
@@ -162,11 +176,11 @@ public struct WriteTransaction: ReadableTransaction {
         var dbi = MDB_dbi()
         let rc = mdb_dbi_open(handle, name, create ? UInt32(MDB_CREATE) : 0, &dbi)
         if rc != 0 { try fail(rc, "mdb_dbi_open(\(name ?? "main"))") }
-        return Database(dbi: dbi)
+        return Database(dbi: dbi, name: name)
     }
 
     /// A view of this transaction as a reader, for code written against ``ReadTransaction``.
-    public var reader: ReadTransaction { ReadTransaction(handle: handle) }
+    public var reader: ReadTransaction { ReadTransaction(handle: handle, lent: lent) }
 
     /// Runs `body` in a nested transaction of this one: its writes join this transaction when
     /// `body` returns, and are discarded, alone, when it throws (or an LMDB error hit it). This
@@ -183,7 +197,7 @@ public struct WriteTransaction: ReadableTransaction {
         defer { childStatus.deallocate() }
         let result: R
         do {
-            result = try body(WriteTransaction(handle: child, status: childStatus))
+            result = try body(WriteTransaction(handle: child, status: childStatus, lent: lent))
         } catch {
             mdb_txn_abort(child)
             if childStatus.pointee == MDB_MAP_FULL { status.pointee = MDB_MAP_FULL }
@@ -207,9 +221,12 @@ extension WriteTransaction: Sendable {}
 /// A cursor over one database, lent by ``ReadableTransaction/withCursor(_:_:)``.
 ///
 /// Positioning methods return the entry under the cursor, or `nil` when there is none. The
-/// memory of an entry is valid until the cursor moves or the transaction writes.
+/// memory of an entry is valid until the cursor moves or the transaction writes. An entry that
+/// lies outside the data file (a damaged page) throws ``LMDBError/valueOutsideFile``.
 public struct Cursor {
     let handle: OpaquePointer
+    let lent: LentMemory
+    let db: Database
 
     @inline(__always)
     private func get(_ op: MDB_cursor_op) throws(LMDBError) -> Entry? {
@@ -218,6 +235,7 @@ public struct Cursor {
         let rc = mdb_cursor_get(handle, &k, &v, op)
         if rc == MDB_NOTFOUND { return nil }
         try check(rc, "mdb_cursor_get")
+        try lent.check(k, v, "mdb_cursor_get", db)
         return (bytes(k), bytes(v))
     }
 
@@ -241,6 +259,7 @@ public struct Cursor {
         let rc = mdb_cursor_get(handle, &k, &v, MDB_SET_RANGE)
         if rc == MDB_NOTFOUND { return nil }
         try check(rc, "mdb_cursor_get(MDB_SET_RANGE)")
+        try lent.check(k, v, "mdb_cursor_get(MDB_SET_RANGE)", db)
         return (bytes(k), bytes(v))
     }
 

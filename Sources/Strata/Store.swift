@@ -436,11 +436,21 @@ extension Store {
     /// compacted. Safe while the store is in use: the copy is one consistent snapshot.
     ///
     /// The overlay is checkpointed first, so the copy opens without a log tail to fold (a
-    /// write committed meanwhile still reaches the copy, through its log).
+    /// write committed meanwhile still reaches the copy, through its log). A copy that fails
+    /// (a full disk) leaves no partial `data.mdb` behind.
     public func copy(to path: String, compact: Bool = true) throws {
         try checkedCall {
             if !isReadOnly { try checkpoint() }
-            try Store.mappingStorageErrors { try env.copy(to: path, compact: compact) }
+            FileSizeSignal.ignore()
+            try Store.mappingStorageErrors {
+                do {
+                    try env.copy(to: path, compact: compact)
+                } catch let e as LMDBError where e.code != EEXIST {
+                    // LMDB created the file (O_EXCL): what it wrote is a fragment, not a store.
+                    unlink(path + "/data.mdb")
+                    throw e
+                }
+            }
         }
     }
 }

@@ -106,6 +106,9 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         if error.code == LMDBError.closed {
             return StrataError(.closed, "the store was closed; open it again with Store(path:)", cause: error)
         }
+        if error.code == LMDBError.valueOutsideFile {
+            return StrataError(.corruptRecord, "the store's file is damaged: a record of the database \(error.database ?? "main") reaches outside the data file; run `strata salvage` to recover what is readable", cause: error)
+        }
         return StrataError(.storage, "the storage engine failed: \(error.description)", cause: error)
     }
 }

@@ -92,7 +92,7 @@ struct VerifyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",
         abstract: "Rebuild the views from the log in a scratch store and compare them with the live ones.",
-        discussion: "Exits with status 1 and names the differing rows when they differ.\nExample:\n  strata verify store && echo consistent"
+        discussion: "Reads every page first, in a child process, as `strata check` does (exit 3 when that crashes LMDB). Exits with status 1 and names the differing rows when they differ.\nExample:\n  strata verify store && echo consistent"
     )
     @OptionGroup var target: StoreArgument
     @OptionGroup var output: OutputOptions
@@ -105,7 +105,21 @@ struct VerifyCommand: ParsableCommand {
 
     func run() throws {
         var consistent = true
+        var walkStatus: Int32 = 0
         try reportingErrors {
+            // First every page, in a child process: damage that would crash LMDB (or this
+            // process) is reported as such, and the comparison below only runs on a store
+            // whose pages all read back.
+            let walk = try PageCheck.run(store: target.store, timeout: 300)
+            if walk.damaged {
+                walkStatus = walk.exitStatus
+                if output.json {
+                    try printJSON(Report(consistent: false, operations: 0, differences: walk.databases.filter { $0.status != "ok" }.map { "database \($0.name): \($0.message ?? $0.status)" }))
+                } else {
+                    print(walk.summary)
+                }
+                return
+            }
             let bar = ProgressBar("verifying")
             let report: VerifyReport
             do {
@@ -121,6 +135,7 @@ struct VerifyCommand: ParsableCommand {
                 print(report)
             }
         }
+        if walkStatus != 0 { throw ExitCode(walkStatus) }
         if !consistent { throw ExitCode(Exit.inconsistent) }
     }
 }

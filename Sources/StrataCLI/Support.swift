@@ -55,6 +55,8 @@ enum Exit {
     static let error: Int32 = 2
     /// `verify` found differences between the views and the log.
     static let inconsistent: Int32 = 1
+    /// `check` or `verify`: reading the store crashed LMDB, in a child process that contained it.
+    static let crashContained: Int32 = 3
 }
 
 /// Runs a command body; an error becomes one line on standard error and exit status 2: a

@@ -57,13 +57,13 @@ import Glibc
             try writer.run()
             let first = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
             #expect(first.hasPrefix("C "), "round \(round): the writer did not start: \(first)")
-            let deadline = ContinuousClock.now + .milliseconds(200 + Int(g.below(300)))
+            let deadline = ContinuousClock.now + .milliseconds(200 + Int(g.next() % 300))
             while ContinuousClock.now < deadline {
                 let second = try Store(path: path, options: options)
                 _ = try second.read { try $0.row("crash", key: 0) }
                 try second.write { try $0.insert("side", ["id": .int(Int64(sideRows)), "by": "second"]) }
                 sideRows += 1
-                if g.below(2) == 0 { second.close() }
+                if g.next() % 2 == 0 { second.close() }
                 // Reads and writes through the Store kept open all along.
                 try keeper.read { snap in
                     let counter = Int(try snap.row("crash", key: 0)?["txn"].intValue ?? 0)

@@ -149,11 +149,7 @@ extension Store {
             return (info, entries)
         }
         let bytes = try BriefcaseFormat.encode(info, entries)
-        do {
-            try Data(bytes).write(to: URL(fileURLWithPath: path), options: .atomic)
-        } catch {
-            throw StrataError(.io, "cannot write the briefcase '\(path)': \(error.localizedDescription)")
-        }
+        try writeFileAtomically(bytes, to: path, what: "the briefcase")
         return info
     }
 
@@ -225,5 +221,41 @@ extension Store {
             throw StrataError(.io, "cannot read the briefcase '\(path)'")
         }
         return Array(data)
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path`, syncs it and renames it over `path`, so a
+/// failure leaves whatever was at `path` before. A full disk or the process's file size limit
+/// (`EFBIG`, with ``FileSizeSignal`` ignoring SIGXFSZ) is ``StrataError/Code/diskFull``.
+func writeFileAtomically(_ bytes: [UInt8], to path: String, what: String) throws(StrataError) {
+    FileSizeSignal.ignore()
+    let temporary = path + ".strata-tmp"
+    func failure(_ error: Int32, _ action: String) -> StrataError {
+        if error == ENOSPC || error == EFBIG || error == EDQUOT {
+            return StrataError(.diskFull, "cannot write \(what) '\(path)': the disk is full (\(String(cString: strerror(error)))); nothing was written")
+        }
+        return StrataError(.io, "cannot \(action) \(what) '\(path)': \(String(cString: strerror(error)))")
+    }
+    let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    guard fd >= 0 else { throw failure(errno, "create") }
+    var done = 0
+    var error: Int32 = 0
+    bytes.withUnsafeBytes { b in
+        while done < b.count {
+            let n = write(fd, b.baseAddress! + done, b.count - done)
+            if n < 0 {
+                if errno == EINTR { continue }
+                error = errno
+                return
+            }
+            done += n
+        }
+    }
+    if error == 0, fsync(fd) != 0 { error = errno }
+    close(fd)
+    if error == 0, rename(temporary, path) != 0 { error = errno }
+    if error != 0 {
+        unlink(temporary)
+        throw failure(error, "write")
     }
 }

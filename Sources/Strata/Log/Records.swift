@@ -135,7 +135,7 @@ struct RowHeader {
     init(_ record: UnsafeRawBufferPointer) throws(StrataError) {
         var r = ByteReader(record)
         flags = RowFlags(rawValue: try r.byte())
-        lastLSN = try r.varint()
+        lastLSN = try Counter.checked(try r.varint(), "a row's last LSN")
         entriesStart = r.offset
     }
 }
@@ -172,7 +172,7 @@ struct OperationHeader {
         guard n >= 4, n <= UInt64(r.remaining) else { throw r.corrupt("operation target length \(n)") }
         target = r.offset..<r.offset + Int(n)
         r.offset += Int(n)
-        prevLSN = try r.varint()
+        prevLSN = try Counter.checked(try r.varint(), "an operation's previous LSN")
         flagsAfter = RowFlags(rawValue: try r.byte())
         let a = try r.varint()
         guard a <= UInt64(r.remaining) else { throw r.corrupt("annotation length \(a)") }

@@ -303,7 +303,6 @@ struct BulkFold {
 
     /// An LSN entry of `gone` or `pending`.
     private static func lsn(_ b: UnsafeRawBufferPointer) throws(StrataError) -> UInt64 {
-        var r = ByteReader(b)
-        return try r.bigEndian64()
+        try Counter.decode(b, database: "gone or pending", key: "a row's LSN")
     }
 }

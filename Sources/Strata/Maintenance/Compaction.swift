@@ -124,8 +124,7 @@ extension Store {
             while let entry = e {
                 // Clocks can step back, so the first young operation ends the foldable prefix.
                 if try OperationHeader(entry.value).timestampMicros > cutoff {
-                    var r = ByteReader(entry.key)
-                    return try r.bigEndian64()
+                    return try Counter.lsn(key: entry.key)
                 }
                 e = try c.next()
             }
@@ -139,8 +138,9 @@ extension Store {
         try reader.scan(views.pending) { c in
             var e = try c.first()
             while let entry = e {
-                var r = ByteReader(entry.value)
-                let lsn = try r.bigEndian64()
+                let lsn = try Counter.decode(entry.value, database: Views.names.pending, key: "a pending row's LSN")
+                // `compact` subtracts one from it.
+                guard lsn > 0 else { throw StrataError(.corruptRecord, "the store is damaged: a row of the pending database was made pending at LSN 0") }
                 oldest = min(oldest ?? lsn, lsn)
                 e = try c.next()
             }
@@ -159,8 +159,7 @@ extension Store {
             try txn.reader.scan(views.log) { c in
                 var e = try c.first()
                 while let entry = e, chunk.count < 1_000 {
-                    var r = ByteReader(entry.key)
-                    let lsn = try r.bigEndian64()
+                    let lsn = try Counter.lsn(key: entry.key)
                     if lsn > horizon { break }
                     chunk.append((lsn, Array(entry.value)))
                     e = try c.next()
@@ -194,8 +193,7 @@ extension Store {
         try txn.reader.scan(views.gone) { c in
             var e = try c.first()
             while let entry = e {
-                var r = ByteReader(entry.value)
-                if try r.bigEndian64() <= horizon { dangling.append(Array(entry.key)) }
+                if try Counter.decode(entry.value, database: Views.names.gone, key: "a removed row's LSN") <= horizon { dangling.append(Array(entry.key)) }
                 e = try c.next()
             }
         }
@@ -257,8 +255,8 @@ extension Snapshot {
             try txn.scan(views.meta) { c in
                 var e = try c.seek(atLeast: prefix)
                 while let entry = e, entry.key.starts(with: prefix) {
-                    var r = ByteReader(entry.value)
-                    pins[String(decoding: entry.key.dropFirst(prefix.count), as: UTF8.self)] = try r.bigEndian64()
+                    let name = String(decoding: entry.key.dropFirst(prefix.count), as: UTF8.self)
+                    pins[name] = try Counter.decode(entry.value, database: Views.names.meta, key: MetaKey.pinPrefix + name)
                     e = try c.next()
                 }
             }

@@ -144,8 +144,7 @@ extension Store {
         try reader.scan(log) { c in
             var e = try c.first()
             while let entry = e {
-                var r = ByteReader(entry.key)
-                let lsn = try r.bigEndian64()
+                let lsn = try Counter.lsn(key: entry.key)
                 guard lsn > previous else { throw StrataError(.corruptRecord, "the log is out of order at LSN \(lsn)") }
                 if lsn > through { break }
                 previous = lsn

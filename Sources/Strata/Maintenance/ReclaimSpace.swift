@@ -22,6 +22,7 @@ extension Store {
         }
         let fd = try lockFolder(path, exclusive: true)
         defer { closeDescriptor(fd) }
+        FileSizeSignal.ignore()
         let scratch = path + "/reclaim.tmp"
         // A leftover from a reclaim that crashed before its rename: the store itself is intact.
         try? FileManager.default.removeItem(atPath: scratch)

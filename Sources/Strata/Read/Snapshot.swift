@@ -126,8 +126,7 @@ public struct Snapshot {
         try txn.scan(views.log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: from.bigEndian) { Array($0) })
             while let entry = e {
-                var r = ByteReader(entry.key)
-                let lsn = try r.bigEndian64()
+                let lsn = try Counter.lsn(key: entry.key)
                 if lsn > through { return }
                 guard try body(try LogEntry(lsn: lsn, record: entry.value, catalog: catalog)) else { return }
                 e = try c.next()
@@ -167,8 +166,7 @@ extension ViewReader {
     /// The LSN of the operation that removed the row at `target`, 0 when it was never removed.
     func goneLSN(_ target: [UInt8], views: Views) throws(StrataError) -> UInt64 {
         guard let b = try lmdb({ () throws(LMDBError) in try get(target, in: views.gone) }) else { return 0 }
-        var r = ByteReader(b)
-        return try r.bigEndian64()
+        return try Counter.decode(b, database: Views.names.gone, key: "a removed row's LSN")
     }
 
     /// Calls `body` with each operation on the row at `target` still in the log, newest first,

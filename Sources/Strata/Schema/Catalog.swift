@@ -116,6 +116,11 @@ struct Catalog: Sendable {
         } catch {
             throw StrataError(.corruptRecord, "the schema catalog cannot be read: \(error)")
         }
+        // Ids are handed out by `+= 1`: the next ones must have room.
+        let nextIndex = stored.nextIndexID ?? 1
+        guard stored.nextTableID < UInt32.max, nextIndex < UInt32.max else {
+            throw StrataError(.corruptRecord, "the schema catalog (meta entry 'catalog') is damaged: its next table id \(stored.nextTableID) or next index id \(nextIndex) is out of range")
+        }
         self.version = version
         self.nextTableID = stored.nextTableID
         self.nextIndexID = stored.nextIndexID ?? 1

@@ -125,10 +125,10 @@ extension ReadableTransaction {
         try lmdb { () throws(LMDBError) in try get(Array(key.utf8), in: views.meta) }
     }
 
+    /// A counter kept in `meta`: exactly 8 bytes, at most ``Counter/limit`` (else corruptRecord).
     func metaUInt64(_ key: String, in views: Views) throws(StrataError) -> UInt64? {
         guard let b = try meta(key, in: views) else { return nil }
-        var r = ByteReader(b)
-        return try r.bigEndian64()
+        return try Counter.decode(b, database: Views.names.meta, key: key)
     }
 
     /// The LSN of the last operation ever written: the log's last, or the compaction horizon
@@ -146,8 +146,7 @@ extension ReadableTransaction {
     func lastLSN(of log: Database) throws(StrataError) -> UInt64 {
         try scan(log) { c in
             guard let last = try c.last() else { return 0 }
-            var r = ByteReader(last.key)
-            return try r.bigEndian64()
+            return try Counter.lsn(key: last.key)
         }
     }
 }

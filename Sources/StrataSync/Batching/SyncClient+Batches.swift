@@ -52,7 +52,11 @@ extension SyncClient {
             let changes = try uploadOrder(snap, excluding: excluding)
             guard !changes.isEmpty else { return nil }
             let chosen = BatchingRules.firstBatch(changes, maxRows: maxRows, maxBytes: maxBytes)
-            let number = UInt64(try tx.property(Self.batchNumberProperty)?.intValue ?? 0) + 1
+            let last = try tx.property(Self.batchNumberProperty)?.intValue ?? 0
+            guard last >= 0, last < Int64.max else {
+                throw StrataError(.corruptRecord, "the store is damaged: its last batch number (property \(Self.batchNumberProperty)) is \(last)")
+            }
+            let number = UInt64(last) + 1
             let batch = Batch(id: "\(store.clientID)-\(number)", clientID: store.clientID, number: number, changes: chosen)
             try tx.setProperty(Self.batchNumberProperty, .int(Int64(number)))
             try tx.setProperty(Self.inFlightProperty, .bytes(Array(try WireFormat.encoder.encode(batch))))
@@ -146,7 +150,11 @@ extension SyncClient {
                 throw StrataError(.invalidOperation, "the acknowledgement is for batch '\(ack.batchID)' but \(current.map { "'\($0)'" } ?? "no batch") is in flight")
             }
             let results = try Self.match(ack, to: batch)
-            let frozenAt = UInt64(try tx.property(Self.frozenAtProperty)?.intValue ?? 0)
+            let frozen = try tx.property(Self.frozenAtProperty)?.intValue ?? 0
+            guard frozen >= 0 else {
+                throw StrataError(.corruptRecord, "the store is damaged: the in-flight batch was frozen at LSN \(frozen) (property \(Self.frozenAtProperty))")
+            }
+            let frozenAt = UInt64(frozen)
             var report = AckReport()
             var rejected = try Self.rejected(tx)
             for (change, result) in zip(batch.changes, results) {

@@ -1,0 +1,328 @@
+import Foundation
+import LMDB
+
+/// What ``Store/salvage(from:into:)`` recovered and what it could not.
+public struct SalvageReport: Sendable, CustomStringConvertible {
+    /// A row whose history lost operations: it was rebuilt from the operations after the gap.
+    public struct RowGap: Sendable, CustomStringConvertible {
+        public var table: String
+        public var key: RowKey
+        /// The first operation kept for the row; the one it names as its predecessor is lost.
+        public var keptFrom: UInt64
+        /// The lost predecessor's LSN.
+        public var missing: UInt64
+        public var description: String { "\(table) \(key): history before LSN \(keptFrom) lost (LSN \(missing) unreadable)" }
+    }
+
+    /// Operations recovered into the new store.
+    public var recoveredOperations = 0
+    /// The LSNs recovered, lowest and highest (`nil` when none).
+    public var recoveredRange: ClosedRange<UInt64>?
+    /// LSN ranges between the horizon and the last recovered operation that could not be read.
+    public var lostRanges: [ClosedRange<UInt64>] = []
+    /// Rows whose chain of operations has a gap.
+    public var rowsWithGaps: [RowGap] = []
+    /// Readable operations left out because they sit on a row's history before a gap.
+    public var operationsBeforeGaps = 0
+    /// Pages of the damaged file that did not parse as LMDB pages (zeroed or overwritten).
+    public var unreadablePages = 0
+    /// Pages of the file in all.
+    public var pages = 0
+    /// The damaged store's compaction horizon: operations up to it were folded into a base
+    /// snapshot, which salvage does not recover.
+    public var horizon: UInt64 = 0
+    /// Rows left pending (local edits still to upload) in the new store.
+    public var pendingRows = 0
+
+    public var description: String {
+        var lines = ["recovered \(recoveredOperations) operations" + (recoveredRange.map { " (LSN \($0.lowerBound)…\($0.upperBound))" } ?? "")
+            + "; \(pendingRows) rows still pending; \(unreadablePages) of \(pages) pages unreadable"]
+        if lostRanges.isEmpty {
+            lines.append("no operation lost up to the last one recovered")
+        } else {
+            lines.append("lost LSNs: " + lostRanges.map { $0.count == 1 ? "\($0.lowerBound)" : "\($0.lowerBound)…\($0.upperBound)" }.joined(separator: ", "))
+        }
+        if horizon > 0 {
+            lines.append("the store was compacted through LSN \(horizon): rows not changed since are not in the log and were not recovered")
+        }
+        for gap in rowsWithGaps { lines.append("gap: \(gap)") }
+        if operationsBeforeGaps > 0 { lines.append("\(operationsBeforeGaps) readable operations before those gaps were left out") }
+        return lines.joined(separator: "\n")
+    }
+}
+
+extension Store {
+    /// Recovers what is readable of a damaged store into a new one.
+    ///
+    /// Reads the damaged `data.mdb` page by page, without LMDB (which trusts its file and can
+    /// crash on damage): every page that parses as an LMDB leaf page is searched for `log`
+    /// entries (8-byte LSN keys whose values decode as operations) and for the `meta` entries
+    /// (schema catalog, client id, properties). Pages that do not parse are skipped. The
+    /// operations are written in LSN order into a new store at `path`, with the damaged store's
+    /// catalog, client id and properties, and the views are rebuilt from them, so pending local
+    /// edits that survive stay pending and can still be uploaded.
+    ///
+    /// A row whose history lost an operation is rebuilt from the operations after the gap (the
+    /// earlier ones would not fold onto it); the report lists such rows and the LSN ranges lost.
+    ///
+    /// - Throws: ``StrataError`` `io` when `damaged` has no `data.mdb` or `path` already holds a
+    ///   store; `corruptRecord` when no schema catalog can be found.
+    /// - Complexity: O(file size + k log k) for k operations recovered.
+    public static func salvage(from damaged: String, into path: String) throws -> SalvageReport {
+        let file = damaged + "/data.mdb"
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw StrataError(.io, "no Strata store at '\(damaged)' (cannot read data.mdb in that folder)")
+        }
+        if FileManager.default.fileExists(atPath: path + "/data.mdb") {
+            throw StrataError(.io, "'\(path)' already holds a store; salvage writes into a new folder")
+        }
+        let scan = RawPages(Array(data))
+        var report = SalvageReport()
+        report.pages = scan.pageCount
+        report.unreadablePages = scan.unreadable
+
+        // The newest readable meta page: the one with the highest lastTxn, then catalog version.
+        guard let meta = scan.metaCandidates.max(by: { ($0.lastTxn, $0.catalogVersion) < ($1.lastTxn, $1.catalogVersion) }),
+              let catalogBytes = meta.entries[MetaKey.catalog]
+        else {
+            throw StrataError(.corruptRecord, "no readable schema catalog in '\(damaged)': the meta pages are damaged, so nothing can be salvaged")
+        }
+        let catalog = try withBytes(catalogBytes) { (b) throws(StrataError) in try Catalog(decoding: b, version: meta.catalogVersion) }
+        report.horizon = meta.horizon
+
+        // Every operation that decodes; the first copy of an LSN wins (LMDB leaves older copies
+        // of pages behind, and an operation is never rewritten, so copies agree).
+        var operations: [UInt64: [UInt8]] = [:]
+        var lastTxn = meta.lastTxn
+        for (lsn, record) in scan.logCandidates where operations[lsn] == nil {
+            guard lsn > meta.horizon, lsn <= Counter.limit else { continue }
+            let valid: Bool = withBytes(record) { (b) -> Bool in
+                guard let header = try? OperationHeader(b), header.txnID <= meta.lastTxn || meta.lastTxn == 0,
+                      catalog.tables[header.tableID(in: b)] != nil,
+                      (try? LogEntry(lsn: lsn, record: b, catalog: catalog)) != nil
+                else { return false }
+                return true
+            }
+            if valid {
+                operations[lsn] = record
+                lastTxn = max(lastTxn, withBytes(record) { (b) -> UInt64 in (try? OperationHeader(b).txnID) ?? 0 })
+            }
+        }
+
+        // Per row, keep the newest unbroken chain of operations.
+        var byTarget: [[UInt8]: [UInt64]] = [:]
+        var prevOf: [UInt64: UInt64] = [:]
+        for (lsn, record) in operations {
+            try withBytes(record) { (b) throws(StrataError) in
+                let header = try OperationHeader(b)
+                byTarget[Array(b[header.target]), default: []].append(lsn)
+                prevOf[lsn] = header.prevLSN
+            }
+        }
+        var kept: [(lsn: UInt64, record: [UInt8])] = []
+        for (target, lsns) in byTarget {
+            var lsn = lsns.max()!
+            var chain: [UInt64] = []
+            while true {
+                chain.append(lsn)
+                let prev = prevOf[lsn]!
+                if prev == 0 { break }
+                if prev <= meta.horizon || operations[prev] == nil || prev >= lsn {
+                    if prev > meta.horizon || prev >= lsn {
+                        let table = catalog.tables[target.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }]
+                        let key = table.flatMap { t in try? withBytes(target) { (k) throws(StrataError) in try t.decodeKey(k) } }
+                        report.rowsWithGaps.append(.init(table: table?.schema.name ?? "?", key: key ?? RowKey([]), keptFrom: lsn, missing: prev))
+                    }
+                    break
+                }
+                lsn = prev
+            }
+            report.operationsBeforeGaps += lsns.count - chain.count
+            for (i, l) in chain.enumerated() {
+                // The oldest kept operation starts the row afresh: its predecessor is not in the
+                // new log, and the history walk must not look for it.
+                let record = i == chain.count - 1 && prevOf[l]! != 0 ? try clearingPrevLSN(operations[l]!) : operations[l]!
+                kept.append((l, record))
+            }
+        }
+        kept.sort { $0.lsn < $1.lsn }
+        report.rowsWithGaps.sort { $0.keptFrom < $1.keptFrom }
+
+        // What was lost: the LSNs after the horizon, up to the last recovered, not recovered —
+        // the holes between consecutive recovered LSNs (a damaged key can make one huge, so
+        // they are never enumerated one by one).
+        var lost: [ClosedRange<UInt64>] = []
+        var expected = meta.horizon + 1
+        for lsn in operations.keys.sorted() {
+            if lsn > expected { lost.append(expected...(lsn - 1)) }
+            expected = lsn + 1
+        }
+        report.lostRanges = lost
+        report.recoveredOperations = kept.count
+        if let first = kept.first, let last = kept.last { report.recoveredRange = first.lsn...last.lsn }
+
+        // The new store: the damaged one's identity and schema, then its operations, then views.
+        do {
+            let store = try Store(path: path)
+            try Store.asStrataError {
+                try store.env.write { txn in
+                    let views = store.views
+                    try txn.setMeta(MetaKey.catalog, catalogBytes, in: views)
+                    try txn.setMeta(MetaKey.catalogVersion, meta.catalogVersion, in: views)
+                    if let id = meta.entries[MetaKey.clientID] { try txn.setMeta(MetaKey.clientID, id, in: views) }
+                    try txn.setMeta(MetaKey.lastTxn, lastTxn, in: views)
+                    for (key, value) in meta.entries where key.hasPrefix("p:") || key.hasPrefix(MetaKey.pinPrefix) {
+                        if key.hasPrefix(MetaKey.pinPrefix), value.count != 8 { continue }
+                        try txn.setMeta(key, value, in: views)
+                    }
+                    for (lsn, record) in kept {
+                        try lmdb { () throws(LMDBError) in
+                            var k = lsn.bigEndian
+                            try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in
+                                try withBytes(record) { (v) throws(LMDBError) in try txn.put(kb, v, in: views.log, flags: .append) }
+                            }
+                        }
+                    }
+                    // The log may have gaps (lost records), which a fold of its tail refuses: the
+                    // views are marked current here, and the rebuild below makes them so.
+                    if let last = kept.last { try txn.setMeta(MetaKey.viewsLSN, last.lsn, in: views) }
+                }
+            }
+        }
+        // Reopened, so that the catalog and client id just written are the ones in use.
+        let store = try Store(path: path)
+        try store.rebuild()
+        report.pendingRows = try store.read { try $0.pendingRows().count }
+        return report
+    }
+
+    /// The operation `record` with its previous LSN set to 0.
+    private static func clearingPrevLSN(_ record: [UInt8]) throws(StrataError) -> [UInt8] {
+        try withBytes(record) { (b) throws(StrataError) -> [UInt8] in
+            let header = try OperationHeader(b)
+            var r = ByteReader(b, offset: header.target.upperBound)
+            _ = try r.varint()
+            var w = ByteWriter(capacity: record.count)
+            w.append(UnsafeRawBufferPointer(rebasing: b[..<header.target.upperBound]))
+            w.appendVarint(0)
+            w.append(UnsafeRawBufferPointer(rebasing: b[r.offset...]))
+            return w.bytes
+        }
+    }
+}
+
+/// The pages of an LMDB data file, parsed without LMDB: only what `salvage` needs.
+///
+/// LMDB's layout (lmdb.h/mdb.c 0.9): pages of `psize` bytes; a 16-byte header (page number,
+/// pad, flags, lower/upper free-space bounds, or the overflow page count); on a leaf page
+/// (`P_LEAF`) an array of 2-byte node offsets after the header; a node is data size (4 bytes in
+/// two halves), flags, key size, key, then the data, or, with `F_BIGDATA`, the 8-byte number of
+/// the overflow page holding it.
+struct RawPages {
+    struct Meta {
+        var entries: [String: [UInt8]] = [:]
+        var lastTxn: UInt64 = 0
+        var catalogVersion: UInt64 = 0
+        var horizon: UInt64 = 0
+    }
+
+    let pageCount: Int
+    var unreadable = 0
+    /// `(LSN, record)` for each 8-byte-keyed entry of a leaf page, in file order.
+    var logCandidates: [(UInt64, [UInt8])] = []
+    /// Each leaf page holding a `catalog` entry, with its other entries.
+    var metaCandidates: [Meta] = []
+
+    private static let headerSize = 16
+    private static let leaf: UInt16 = 0x02, branch: UInt16 = 0x01, overflow: UInt16 = 0x04, metaPage: UInt16 = 0x08
+    private static let bigData: UInt16 = 0x01, subData: UInt16 = 0x02, dupData: UInt16 = 0x04
+
+    init(_ file: [UInt8]) {
+        // The page size is in the meta page (the free database's md_pad); 4 KiB if unreadable.
+        var psize = 4096
+        if file.count >= 64 {
+            let magic = Self.u32(file, 16)
+            let stored = Int(Self.u32(file, 40))
+            if magic == 0xBEEF_C0DE, stored >= 512, stored <= 65536, stored & (stored - 1) == 0 { psize = stored }
+        }
+        pageCount = file.count / psize
+        var overflowPages = Set<Int>()
+        for page in 2..<max(2, pageCount) {
+            let base = page * psize
+            let flags = Self.u16(file, base + 10)
+            guard Self.u64(file, base) == UInt64(page) else {
+                if !overflowPages.contains(page) { unreadable += 1 }
+                continue
+            }
+            if flags & Self.overflow != 0 {
+                let n = Int(Self.u32(file, base + 12))
+                if n > 0, n < pageCount { for p in page..<min(pageCount, page + n) { overflowPages.insert(p) } }
+                continue
+            }
+            guard flags & Self.leaf != 0, flags & (Self.branch | Self.metaPage) == 0 else { continue }
+            let lower = Int(Self.u16(file, base + 12))
+            let upper = Int(Self.u16(file, base + 14))
+            guard lower >= Self.headerSize, lower <= upper, upper <= psize, (lower - Self.headerSize) % 2 == 0 else {
+                unreadable += 1
+                continue
+            }
+            var metaEntries: [String: [UInt8]] = [:]
+            var allTextKeys = true
+            for i in 0..<(lower - Self.headerSize) / 2 {
+                let offset = Int(Self.u16(file, base + Self.headerSize + 2 * i))
+                guard offset >= upper, offset + 8 <= psize else { continue }
+                let node = base + offset
+                let size = Int(Self.u16(file, node)) | Int(Self.u16(file, node + 2)) << 16
+                let nodeFlags = Self.u16(file, node + 4)
+                let keySize = Int(Self.u16(file, node + 6))
+                guard node + 8 + keySize <= base + psize, nodeFlags & (Self.subData | Self.dupData) == 0 else { continue }
+                let key = Array(file[(node + 8)..<(node + 8 + keySize)])
+                var value: [UInt8]? = nil
+                if nodeFlags & Self.bigData != 0 {
+                    guard node + 16 + keySize <= base + psize else { continue }
+                    // The page number is damaged data like any other: range-checked before use.
+                    let over = Int(clamping: Self.u64(file, node + 8 + keySize))
+                    if over > 1, over < pageCount, Self.u64(file, over * psize) == UInt64(over),
+                       Self.u16(file, over * psize + 10) & Self.overflow != 0 {
+                        let start = over * psize + Self.headerSize
+                        if start + size <= file.count { value = Array(file[start..<(start + size)]) }
+                    }
+                } else if node + 8 + keySize + size <= base + psize {
+                    value = Array(file[(node + 8 + keySize)..<(node + 8 + keySize + size)])
+                }
+                guard let value else { continue }
+                if keySize == 8 {
+                    logCandidates.append((Self.u64be(key), value))
+                }
+                if keySize > 0, key.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
+                    metaEntries[String(decoding: key, as: UTF8.self)] = value
+                } else {
+                    allTextKeys = false
+                }
+            }
+            if allTextKeys, metaEntries[MetaKey.catalog] != nil {
+                var meta = Meta(entries: metaEntries)
+                func counter(_ key: String) -> UInt64 {
+                    guard let v = metaEntries[key], v.count == 8 else { return 0 }
+                    let n = Self.u64be(v)
+                    return n <= Counter.limit ? n : 0
+                }
+                meta.lastTxn = counter(MetaKey.lastTxn)
+                meta.catalogVersion = counter(MetaKey.catalogVersion)
+                meta.horizon = counter(MetaKey.horizon)
+                metaCandidates.append(meta)
+            }
+        }
+    }
+
+    private static func u16(_ b: [UInt8], _ i: Int) -> UInt16 {
+        i + 2 <= b.count ? UInt16(b[i]) | UInt16(b[i + 1]) << 8 : 0
+    }
+    private static func u32(_ b: [UInt8], _ i: Int) -> UInt32 {
+        i + 4 <= b.count ? (0..<4).reduce(UInt32(0)) { $0 | UInt32(b[i + $1]) << (8 * $1) } : 0
+    }
+    private static func u64(_ b: [UInt8], _ i: Int) -> UInt64 {
+        i + 8 <= b.count ? (0..<8).reduce(UInt64(0)) { $0 | UInt64(b[i + $1]) << (8 * $1) } : .max
+    }
+    private static func u64be(_ b: [UInt8]) -> UInt64 { b.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
+}
