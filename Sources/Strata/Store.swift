@@ -81,7 +81,7 @@ public final class Store: Sendable {
     /// The opened store, shared with every other `Store` of this process on the same folder.
     let core: StoreCore
     /// Whether this object was closed, and how many calls on it are running.
-    private let usage = Mutex(Usage())
+    private let usage = Locked(Usage())
 
     private struct Usage {
         var closed = false

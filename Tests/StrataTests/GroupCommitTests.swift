@@ -19,9 +19,9 @@ import Testing
             let threads = 8
             let perThread = 60
             // Per thread: the outcome of each write (true: committed), and the error it got.
-            let outcomes = Mutex([[Bool]](repeating: [], count: threads))
-            let errors = Mutex([[Refused]](repeating: [], count: threads))
-            let seen = Mutex([CommitNotification]())
+            let outcomes = Locked([[Bool]](repeating: [], count: threads))
+            let errors = Locked([[Refused]](repeating: [], count: threads))
+            let seen = Locked([CommitNotification]())
             let token = store.observe { n in seen.withLock { $0.append(n) } }
             defer { token.cancel() }
             let group = DispatchGroup()
