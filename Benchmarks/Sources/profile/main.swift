@@ -92,7 +92,6 @@ case "scale":
             }
         }
         print(line)
-        fflush(stdout)
     }
 case "merge":
     // compare's merge phase: 10% of the rows edited locally, then a delta of every row.
