@@ -94,8 +94,10 @@ import Testing
         }
     }
 
-    /// 1 byte flushes after every batch; 6,000 bytes every few dozen rows; the default never.
-    @Test(arguments: [1, 6_000, StoreOptions().foldMemoryLimit])
+    /// 1 byte flushes after every batch; 6,000 bytes every few dozen rows; 60,000 bytes every few
+    /// hundred, which verify writes into its scratch store in transactions of 1,875 bytes of rows
+    /// (a 32nd of the limit); the default never flushes before the end.
+    @Test(arguments: [1, 6_000, 60_000, StoreOptions().foldMemoryLimit])
     func theParallelFoldWritesWhatTheSequentialFoldWrites(limit: Int) throws {
         let seed = testSeed("theParallelFoldWritesWhatTheSequentialFoldWrites(\(limit))")
         var rng = SplitMix64(seed: seed)

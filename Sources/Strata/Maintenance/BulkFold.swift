@@ -29,10 +29,15 @@ import LMDB
 struct BulkFold {
     private let views: Views
     private let catalog: Catalog
-    private let txn: LMDB.WriteTransaction
+    /// The transaction the fold writes into: the one it was given, or, when it commits a scratch
+    /// store in steps, the current step's.
+    private var txn: LMDB.WriteTransaction
     /// The same transaction for the index and view code, which writes through a ``ViewWriter``;
     /// without an overlay, it writes straight into LMDB.
-    private let writer: ViewWriter
+    private var writer: ViewWriter
+    /// With a scratch store: its environment, which the fold commits in steps of about
+    /// `stepBytes` (see ``commitsInSteps(_:)``).
+    private var environment: Environment?
     private let budget: Int
     /// Whether the target's derived databases hold rows (they do after a flush): rows are then
     /// read back on a miss and replaced at the flush, instead of appended.
@@ -71,6 +76,19 @@ struct BulkFold {
         filling = count > 1 ? (0..<count).map { _ in FoldBatch() } : []
         inFlight = count > 1 ? (0..<count).map { _ in FoldBatch() } : []
         batchLimit = max(1, min(2 << 20, budget / 16))
+    }
+
+    /// The bytes of rows a flush writes per transaction when the fold commits in steps: LMDB
+    /// keeps a transaction's dirty pages in memory (up to 512 MiB before it spills), so this
+    /// bounds them, to a 32nd of the budget (8 MiB by default).
+    private var stepBytes: Int { max(1, min(32 << 20, budget / 32)) }
+
+    /// Makes every flush commit the target in transactions of about `stepBytes` each, in
+    /// `environment` (whose write transaction `txn` was; it must be committed, and no longer
+    /// used, before the first flush). For a scratch store, which nobody reads until the fold
+    /// ends; `rebuild()` in place stays one transaction.
+    mutating func commitsInSteps(_ environment: Environment) {
+        self.environment = environment
     }
 
     // MARK: Folding
@@ -183,6 +201,15 @@ struct BulkFold {
 
     /// Loads a row the target already holds (written by an earlier flush).
     private func readBack(_ p: FoldPartition, _ s: Int) throws(StrataError) {
+        if let environment {
+            // The flushes were committed: read them in a read transaction of the scratch store.
+            try Store.asStrataError { try environment.read { r in try readBack(p, s, from: r) } }
+        } else {
+            try readBack(p, s, from: txn)
+        }
+    }
+
+    private func readBack(_ p: FoldPartition, _ s: Int, from txn: some ReadableTransaction) throws(StrataError) {
         try p.withKey(s) { (target) throws(StrataError) in
             if let state = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.rows) }) {
                 p.replaceState(s, with: state)
@@ -210,14 +237,38 @@ struct BulkFold {
         // Merge the partitions' sorted rows: a key is in one partition only.
         var next = [Int](repeating: 0, count: partitions.count)
         var old = ByteWriter(capacity: 512)
-        while true {
-            var best = -1
-            for p in partitions.indices where next[p] < partitions[p].order.count {
-                if best < 0 || partitions[p].precedes(partitions[p].order[next[p]], partitions[best], partitions[best].order[next[best]]) { best = p }
+        func writeRows(upTo limit: Int) throws(StrataError) -> Bool {
+            var written = 0
+            while written < limit {
+                var best = -1
+                for p in partitions.indices where next[p] < partitions[p].order.count {
+                    if best < 0 || partitions[p].precedes(partitions[p].order[next[p]], partitions[best], partitions[best].order[next[best]]) { best = p }
+                }
+                if best < 0 { return false }
+                let s = partitions[best].order[next[best]]
+                try write(partitions[best], s, old: &old)
+                written += partitions[best].slots[s].keyCount + partitions[best].slots[s].state.count
+                next[best] += 1
             }
-            if best < 0 { break }
-            try write(partitions[best], partitions[best].order[next[best]], old: &old)
-            next[best] += 1
+            return true
+        }
+        if let environment {
+            var more = true
+            while more {
+                // Environment.write runs its closure again when the map had to grow: each
+                // attempt starts from the same row.
+                let start = next
+                more = try Store.asStrataError {
+                    try environment.write { t in
+                        next = start
+                        txn = t
+                        writer = ViewWriter(t, views, overlay: nil)
+                        return try writeRows(upTo: stepBytes)
+                    }
+                }
+            }
+        } else {
+            _ = try writeRows(upTo: .max)
         }
         for p in partitions { p.removeAll(keepingUpTo: budget / 2 / partitions.count) }
         targetMayHoldRows = true

@@ -92,10 +92,15 @@ extension Store {
                 /// Folds the log through `lsn` into the (empty) scratch views and compares them
                 /// with the live views as `live` reads them.
                 func check(_ live: ViewReader, through lsn: UInt64, suffix: String) throws -> Int {
-                    let count = try scratch.write { target in
+                    // The scratch store is committed in steps: one transaction would keep all of
+                    // its dirty pages in memory.
+                    let target = try scratch.write { target in
                         try views.derived.forEach { try target.clear($0) }
-                        return try Store.fold(from: txn, views, into: target, scratchViews, catalog: catalog, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers, through: lsn, progress: suffix.isEmpty ? progress : nil)
+                        return BulkFold(views: scratchViews, catalog: catalog, into: target, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers)
                     }
+                    var fold = target
+                    fold.commitsInSteps(scratch)
+                    let count = try Store.fold(from: txn, views, into: &fold, through: lsn, progress: suffix.isEmpty ? progress : nil)
                     try scratch.read { rebuilt in
                         for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("gone", views.gone, scratchViews.gone), ("index", views.index, scratchViews.index), ("view", views.view, scratchViews.view)] {
                             let (l, r) = try compare(name + suffix, live, a, rebuilt, b, catalog: catalog, into: &differences)
@@ -126,6 +131,18 @@ extension Store {
         var fold = BulkFold(views: target, catalog: catalog, into: txn, budget: budget, workers: workers)
         _ = try foldBase(from: reader, base: source.base, into: &fold, copyTo: copying ? (txn, target.base) : nil)
         let count = try foldLog(from: reader, log: source.log, into: &fold, through: through, copyTo: copying ? (txn, target.log) : nil, progress: progress)
+        try fold.finish()
+        return count
+    }
+
+    /// Folds the base snapshot and the log of `source` (read through `reader`), up to LSN
+    /// `through`, into `fold`, which writes a scratch store in steps. Returns the number of
+    /// operations.
+    static func fold(
+        from reader: some ReadableTransaction, _ source: Views, into fold: inout BulkFold, through: UInt64, progress: ((_ done: Int, _ total: Int) -> Void)?
+    ) throws(StrataError) -> Int {
+        _ = try foldBase(from: reader, base: source.base, into: &fold)
+        let count = try foldLog(from: reader, log: source.log, into: &fold, through: through, progress: progress)
         try fold.finish()
         return count
     }
