@@ -29,12 +29,15 @@ a.loglog(ops, seconds, "o-", label="Strata: verify (fold the log + compare)")
 # Labels: Strata's below its points, each peer's above, the slower peer higher, so none overlap.
 for x, y in zip(ops, seconds):
     a.annotate(f"{y:.2f} s", (x, y), textcoords="offset points", xytext=(6, -14), fontsize=8, color="C0")
-peer_values = [[float(r[column]) for r in rows] for column, _, _ in peers]
+# A length may lack the peers (`scale` run without --peers): those points are left out.
+peer_values = [[float(r[column]) if r.get(column) else None for r in rows] for column, _, _ in peers]
 for i, (column, label, marker) in enumerate(peers):
-    a.loglog(ops, peer_values[i], marker, label=label, color=f"C{i + 1}")
-    for j, (x, y, s) in enumerate(zip(ops, peer_values[i], seconds)):
+    points = [(x, y, s) for x, y, s in zip(ops, peer_values[i], seconds) if y is not None]
+    a.loglog([p[0] for p in points], [p[1] for p in points], marker, label=label, color=f"C{i + 1}")
+    for x, y, s in points:
         # Left of the point; at each length the slower peer's label above, the faster's below.
-        higher = all(y >= other[j] for other in peer_values)
+        j = ops.index(x)
+        higher = all(other[j] is None or y >= other[j] for other in peer_values)
         a.annotate(f"{y:.2f} s ({y / s:.1f}×)", (x, y), textcoords="offset points", xytext=(-8, 4 if higher else -11),
                    ha="right", fontsize=8, color=f"C{i + 1}")
 a.set_xlabel("operations in the log")
@@ -42,7 +45,7 @@ a.set_ylabel("seconds")
 a.set_title("Time: rebuild + check against the peers' replay\n(ratio: the peer's time over Strata's)", fontsize=10)
 a.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8)
 a.set_xlim(min(ops) / 6, max(ops) * 3)
-top = max([max(seconds)] + [float(r[c]) for c, _, _ in peers for r in rows])
+top = max([max(seconds)] + [float(r[c]) for c, _, _ in peers for r in rows if r.get(c)])
 a.set_ylim(min(seconds) / 3, top * 3)
 b.semilogx(ops, heap, "o-", label="heap growth: fold + LMDB dirty pages")
 b.axhline(256, color="gray", linestyle="--", label="foldMemoryLimit (256 MiB)")

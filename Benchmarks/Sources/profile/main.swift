@@ -28,6 +28,9 @@ let edits = arguments.firstIndex(of: "--edits").flatMap { Int(arguments[$0 + 1])
 func build(_ folder: String, edits: Int) throws -> StrataPeer {
     let peer = try StrataPeer(folder: folder, durability: .noSync)
     try load(peer, edits: edits)
+    // As in `compare`, whose rebuild follows the final checkpoint: verify then folds the log
+    // once, not also a second time up to the checkpointed views.
+    try peer.store.checkpoint()
     try peer.store.flush()
     return peer
 }
