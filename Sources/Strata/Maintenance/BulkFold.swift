@@ -178,8 +178,16 @@ struct BulkFold {
             // workers never touch LMDB), then fold.
             workers.post { i in batches[i].resolve(in: partitions[i], collecting: true) }
             workers.wait()
-            for (p, b) in zip(partitions, batches) {
-                for s in b.created { try readBack(p, s) }
+            func readBacks(from r: some ReadableTransaction) throws(StrataError) {
+                for (p, b) in zip(partitions, batches) {
+                    for s in b.created { try readBack(p, s, from: r) }
+                }
+            }
+            if let environment {
+                // One read transaction for the batch's rows, not one per row.
+                try Store.asStrataError { try environment.read { r in try readBacks(from: r) } }
+            } else {
+                try readBacks(from: txn)
             }
             workers.post { i in batches[i].fold(into: partitions[i]) }
         } else {
