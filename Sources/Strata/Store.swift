@@ -42,6 +42,11 @@ public struct StoreOptions: Sendable {
     /// more is folded in several passes over its rows, each written through to the store.
     /// Default: 256 MiB.
     public var foldMemoryLimit: Int = 256 << 20
+    /// The threads `rebuild`, `verify` and `replay` fold the log on. Rows are partitioned by the
+    /// hash of their key, one partition per thread, while the calling thread reads the log and
+    /// writes the result; the result is the same whatever the count. 1 folds on the calling
+    /// thread alone. Default: the processors available to the process, at most 8.
+    public var foldWorkers: Int = min(8, ProcessInfo.processInfo.activeProcessorCount)
     /// The memory, in bytes, the overlay may hold before a commit also checkpoints it. Commits
     /// write only the log; the view changes they imply wait in memory (the overlay) until a
     /// checkpoint writes them into the views in LMDB, in key order. This bounds that memory, and

@@ -16,6 +16,8 @@ public final class StrataPeer: Peer {
         var options = StoreOptions()
         options.durability = durability
         options.initialMapSize = 1 << 30
+        // STRATA_FOLD_WORKERS=1 measures the sequential fold against the parallel one in one build.
+        if let workers = ProcessInfo.processInfo.environment["STRATA_FOLD_WORKERS"].flatMap(Int.init) { options.foldWorkers = workers }
         store = try Store(path: folder, options: options)
         if try store.tables.isEmpty { try store.createTable(ReferenceWorkload.schema) }
     }

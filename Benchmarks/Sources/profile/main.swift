@@ -10,8 +10,10 @@ import StrataWorkload
 //   swift run -c release profile payload|verify|rebuild /tmp/store
 //   swift run -c release profile merge /tmp/new-folder
 //   swift run -c release profile single|single-nosync /tmp/store --edits 5000   # B = 1 edits on a store built with --edits 0
-//   swift run -c release profile scale /tmp/folder [--lengths 100000,1000000,10000000]
-//       rebuild (verify) time and heap against log length, as CSV for plot-scale.py
+//   swift run -c release profile scale /tmp/folder [--lengths 100000,1000000,10000000] [--peers]
+//       rebuild (verify) time and heap against log length, as CSV for plot-scale.py; with
+//       --peers, also the SQLite trigger and session peers' replay (rebuildAndCheck) of the same
+//       workload. STRATA_FOLD_WORKERS sets StoreOptions.foldWorkers.
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 guard arguments.count >= 2 else {
@@ -25,6 +27,16 @@ let edits = arguments.firstIndex(of: "--edits").flatMap { Int(arguments[$0 + 1])
 /// disk is what counts here, not how fast it got there).
 func build(_ folder: String, edits: Int) throws -> StrataPeer {
     let peer = try StrataPeer(folder: folder, durability: .noSync)
+    try load(peer, edits: edits)
+    // As in `compare`, whose rebuild follows the final checkpoint: verify then folds the log
+    // once, not also a second time up to the checkpointed views.
+    try peer.store.checkpoint()
+    try peer.store.flush()
+    return peer
+}
+
+/// Runs the preload and `edits` edits at B = 1000 on `peer`.
+func load(_ peer: some Peer, edits: Int) throws {
     peer.prepare(ReferenceWorkload(seed: 42, preloadRows: 100_000, edits: edits))
     try peer.preload()
     try peer.markPreloadSynced()
@@ -33,9 +45,9 @@ func build(_ folder: String, edits: Int) throws -> StrataPeer {
         try peer.applyEdits(i..<min(i + 1000, edits))
         i += 1000
     }
-    try peer.store.flush()
-    return peer
 }
+
+func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
 
 let start = ContinuousClock.now
 switch phase {
@@ -45,7 +57,8 @@ case "scale":
     // The log holds the preload's 2 × 100,000 operations (inserts and acknowledgements) plus
     // about one per edit, so the edit counts are chosen to make the log about that long.
     let lengths = (arguments.firstIndex(of: "--lengths").map { arguments[$0 + 1] } ?? "100000,1000000,10000000").split(separator: ",").compactMap { Int($0) }
-    print("operations,rows,seconds,heap_mib,file_mib")
+    let peers = arguments.contains("--peers")
+    print("operations,rows,seconds,heap_mib,file_mib" + (peers ? ",trigger_seconds,session_seconds" : ""))
     for length in lengths {
         let path = folder + "/scale-\(length)"
         try? FileManager.default.removeItem(atPath: path)
@@ -58,11 +71,30 @@ case "scale":
         let report = try store.verify { _, _ in anonymousPeak = max(anonymousPeak, ProcessMemory.anonymous) }
         let d = ContinuousClock.now - t0
         precondition(report.isConsistent, "\(report)")
-        let seconds = Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+        let verifySeconds = seconds(d)
         let heap = Double(anonymousPeak - anonymousBase) / 1_048_576
         let file = Double(peer.sizeOnDisk) / 1_048_576
-        print("\(report.operations),\(report.live["rows"]!.entries),\(seconds),\(heap),\(file)")
+        var line = "\(report.operations),\(report.live["rows"]!.entries),\(verifySeconds),\(heap),\(file)"
         try? FileManager.default.removeItem(atPath: path)
+        if peers {
+            // The same edits on the SQLite peers (WAL; their build is not timed), then their
+            // replay of the change log into a fresh table and the check against the live one.
+            for kind in [SQLitePeer.Kind.trigger, .session] {
+                let peerPath = folder + "/scale-\(length)-\(kind)"
+                try? FileManager.default.removeItem(atPath: peerPath)
+                try FileManager.default.createDirectory(atPath: peerPath, withIntermediateDirectories: true)
+                let sqlite = try SQLitePeer(kind, folder: peerPath)
+                try load(sqlite, edits: max(1000, length - 200_000))
+                var ok = false
+                let t = ContinuousClock.now
+                ok = try sqlite.rebuildAndCheck()
+                let d = ContinuousClock.now - t
+                precondition(ok, "\(kind): the replayed table differs from the live one")
+                line += ",\(seconds(d))"
+                try? FileManager.default.removeItem(atPath: peerPath)
+            }
+        }
+        print(line)
     }
 case "merge":
     // compare's merge phase: 10% of the rows edited locally, then a delta of every row.

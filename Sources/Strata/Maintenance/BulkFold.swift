@@ -10,162 +10,220 @@ import LMDB
 /// sequential `MDB_APPEND`.
 ///
 /// Per operation it does exactly what ``Views/apply(operation:header:lsn:old:table:in:scratch:)``
-/// does — the same ``RowFold``, the same chain check, the same `pending` and `gone` rules — so
-/// its result is the live views, byte for byte. Indexes and named views are a function of a
-/// row's final state, and are written at the flush from the state the target held before it.
+/// does — the same ``FoldStep`` — so its result is the live views, byte for byte. Indexes and
+/// named views are a function of a row's final state, and are written at the flush from the
+/// state the target held before it.
 ///
-/// Memory is bounded by `budget`: when the table's rows take more, they are flushed into the
-/// target and forgotten, and a row met again later is read back from the target.
+/// **On several cores.** With more than one worker, rows are partitioned by the hash of their
+/// key: the calling thread reads the log once and routes each record, in batches, to its
+/// partition's worker, which folds it while the next batch is read. A row's operations all go
+/// to one worker, in log order, so each partition folds exactly as the sequential fold would.
+/// LMDB has one writer: at a flush, the workers sort their rows and the calling thread merges
+/// the sorted partitions into the write transaction, so the target receives the same entries in
+/// the same order. The first failure, in log order, is the one reported.
+///
+/// Memory is bounded by `budget` (the partitions' tables and the batches in flight): when they
+/// take more, every row is flushed into the target and forgotten, and a row met again later is
+/// read back from the target (by the calling thread, between batches: the workers never touch
+/// LMDB).
 struct BulkFold {
-    /// One row: its `rows` key (in `keys`), its state, and its `gone` and `pending` entries.
-    private struct Slot {
-        var keyStart: Int
-        var keyCount: Int
-        var hash: UInt64
-        var tableID: UInt32
-        /// The row state record; empty when there is no row.
-        var state: [UInt8]
-        /// The `gone` entry (LSN of the operation that removed the row), 0 for none.
-        var gone: UInt64
-        /// The `pending` entry (LSN that made the row pending), 0 for none. LSNs start at 1.
-        var pendingSince: UInt64
-    }
-
     private let views: Views
     private let catalog: Catalog
-    private let txn: LMDB.WriteTransaction
+    /// The transaction the fold writes into: the one it was given, or, when it commits a scratch
+    /// store in steps, the current step's.
+    private var txn: LMDB.WriteTransaction
     /// The same transaction for the index and view code, which writes through a ``ViewWriter``;
     /// without an overlay, it writes straight into LMDB.
-    private let writer: ViewWriter
+    private var writer: ViewWriter
+    /// With a scratch store: its environment, which the fold commits in steps of about
+    /// `stepBytes` (see ``commitsInSteps(_:)``).
+    private var environment: Environment?
     private let budget: Int
     /// Whether the target's derived databases hold rows (they do after a flush): rows are then
     /// read back on a miss and replaced at the flush, instead of appended.
     private var targetMayHoldRows = false
 
-    private var slots: [Slot] = []
-    /// Open addressing over `slots`: slot index, or -1 for an empty bucket.
-    private var buckets: [Int32]
-    private var keys: [UInt8] = []
-    /// The bytes held by row states, with each array's header and allocation overhead.
-    private var stateBytes = 0
-    /// What the fold holds: the states, and the tables' allocated capacity (which grows by
-    /// doubling, so it can be twice what is used).
-    private var memory: Int {
-        stateBytes + slots.capacity * MemoryLayout<Slot>.stride + keys.capacity + buckets.count * MemoryLayout<Int32>.stride
-    }
-    /// Per state array: its header and malloc's bookkeeping.
-    private static let arrayOverhead = 48
-    private var scratch = ByteWriter(capacity: 512)
+    private let partitions: [FoldPartition]
+    /// `nil`: one partition, folded on the calling thread as records arrive.
+    private let workers: FoldWorkers?
+    /// The batches being filled by the reader, one per partition.
+    private var filling: [FoldBatch]
+    /// The batches the workers are folding (or last folded), one per partition.
+    private var inFlight: [FoldBatch]
+    private var batchedBytes = 0
+    /// A batch is handed to the workers when it holds this many bytes: large enough that the
+    /// handoff is rare, small against the budget.
+    private let batchLimit: Int
+    private var sequence = 0
     private var cachedTable: TableInfo?
 
+    private var memory: Int {
+        partitions.reduce(0) { $0 + $1.memory } + filling.reduce(0) { $0 + $1.memory } + inFlight.reduce(0) { $0 + $1.memory }
+    }
+
     /// `rows`, `pending`, `gone`, `index` and `view` of `views` in `txn` must be empty (a new
-    /// store, or one `rebuild` has just cleared).
-    init(views: Views, catalog: Catalog, into txn: LMDB.WriteTransaction, budget: Int) {
+    /// store, or one `rebuild` has just cleared). `workers` is the number of threads that fold
+    /// (1: the calling thread alone).
+    init(views: Views, catalog: Catalog, into txn: LMDB.WriteTransaction, budget: Int, workers: Int = 1) {
         self.views = views
         self.catalog = catalog
         self.txn = txn
         self.writer = ViewWriter(txn, views, overlay: nil)
         self.budget = budget
-        buckets = [Int32](repeating: -1, count: 1 << 10)
+        let count = max(1, workers)
+        partitions = (0..<count).map { _ in FoldPartition() }
+        self.workers = count > 1 ? FoldWorkers(count: count) : nil
+        filling = count > 1 ? (0..<count).map { _ in FoldBatch() } : []
+        inFlight = count > 1 ? (0..<count).map { _ in FoldBatch() } : []
+        batchLimit = max(1, min(2 << 20, budget / 16))
+    }
+
+    /// The bytes of rows a flush writes per transaction when the fold commits in steps: LMDB
+    /// keeps a transaction's dirty pages in memory (up to 512 MiB before it spills), so this
+    /// bounds them, to a 32nd of the budget (8 MiB by default).
+    private var stepBytes: Int { max(1, min(32 << 20, budget / 32)) }
+
+    /// Makes every flush commit the target in transactions of about `stepBytes` each, in
+    /// `environment` (whose write transaction `txn` was; it must be committed, and no longer
+    /// used, before the first flush). For a scratch store, which nobody reads until the fold
+    /// ends; `rebuild()` in place stays one transaction.
+    mutating func commitsInSteps(_ environment: Environment) {
+        self.environment = environment
     }
 
     // MARK: Folding
 
     /// Takes a row state of the base snapshot as the row's starting point.
     mutating func base(_ target: UnsafeRawBufferPointer, state: UnsafeRawBufferPointer) throws(StrataError) {
-        guard target.count >= 4 else { throw StrataError(.corruptRecord, "a base snapshot key of \(target.count) bytes") }
-        let s = try slot(for: target)
-        let pending = try RowFold.isPending(state) ? try RowHeader(state).lastLSN : 0
-        replaceState(s, with: state)
-        slots[s].pendingSince = pending
-        try flushIfOverBudget()
+        guard target.count >= 4 else { try fail(StrataError(.corruptRecord, "a base snapshot key of \(target.count) bytes")) }
+        let h = BulkFold.hash(target)
+        if workers == nil {
+            let s = try slot(for: target, hash: h)
+            try partitions[0].base(s, state: state)
+            try flushIfOverBudget()
+            return
+        }
+        // The batch holds the key, then the state.
+        try route(target, state, target: 0..<target.count, isBase: true, lsn: 0, hash: h)
     }
 
     /// Folds the operation at `lsn` into its row.
     mutating func apply(operation op: UnsafeRawBufferPointer, lsn: UInt64) throws(StrataError) {
-        let header = try OperationHeader(op)
+        let header: OperationHeader
+        do throws(StrataError) { header = try OperationHeader(op) } catch { try fail(error) }
         let target = UnsafeRawBufferPointer(rebasing: op[header.target])
-        let s = try slot(for: target)
-        let hadRow = !slots[s].state.isEmpty
-        let wasPending = slots[s].pendingSince != 0
-        let step = try withBytes(slots[s].state) { (old) throws(StrataError) in
-            try FoldStep.fold(old: hadRow ? old : nil, wasPending: wasPending, op: op, header: header, lsn: lsn, into: &scratch)
+        let h = BulkFold.hash(target)
+        if workers == nil {
+            let s = try slot(for: target, hash: h)
+            try partitions[0].apply(s, operation: op, header: header, lsn: lsn)
+            try flushIfOverBudget()
+            return
         }
-        if step.isPending == nil {
-            replaceState(s, with: UnsafeRawBufferPointer(start: nil, count: 0))
-        } else {
-            let state = scratch.bytes
-            withBytes(state) { replaceState(s, with: $0) }
-        }
-        switch step.gone {
-        case .keep: break
-        case .clear: slots[s].gone = 0
-        case .set(let lsn): slots[s].gone = lsn
-        }
-        switch step.pending {
-        case .keep: break
-        case .clear: slots[s].pendingSince = 0
-        case .set(let lsn): slots[s].pendingSince = lsn
-        }
-        try flushIfOverBudget()
+        try route(op, UnsafeRawBufferPointer(start: nil, count: 0), target: header.target, isBase: false, lsn: lsn, hash: h)
     }
 
     /// Writes every row still in memory into the target. Call once after the last operation.
     mutating func finish() throws(StrataError) {
+        try settle()
         try flush()
     }
 
-    // MARK: The table
-
-    private mutating func replaceState(_ s: Int, with bytes: UnsafeRawBufferPointer) {
-        let before = slots[s].state.capacity
-        slots[s].state.removeAll(keepingCapacity: true)
-        slots[s].state.append(contentsOf: bytes)
-        stateBytes += slots[s].state.capacity - before + (before == 0 && !bytes.isEmpty ? Self.arrayOverhead : 0)
+    /// Folds every record received so far, and throws the first failure among them. A caller
+    /// that fails after handing records to the fold settles it first, so that a failure earlier
+    /// in the log is the one reported.
+    mutating func settle() throws(StrataError) {
+        guard workers != nil else { return }
+        try dispatch()
+        try waitForWorkers()
     }
 
-    /// The slot of `target`, created (and read back from the target when it may hold the row)
-    /// when absent.
-    private mutating func slot(for target: UnsafeRawBufferPointer) throws(StrataError) -> Int {
-        let h = BulkFold.hash(target)
-        let mask = buckets.count - 1
-        var b = Int(truncatingIfNeeded: h) & mask
-        while true {
-            let s = Int(buckets[b])
-            if s < 0 { break }
-            if slots[s].hash == h, slots[s].keyCount == target.count, keyEquals(s, target) { return s }
-            b = (b + 1) & mask
-        }
-        let s = slots.count
-        let tableID = target.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-        slots.append(Slot(keyStart: keys.count, keyCount: target.count, hash: h, tableID: tableID, state: [], gone: 0, pendingSince: 0))
-        keys.append(contentsOf: target)
-        buckets[b] = Int32(s)
-        if targetMayHoldRows { try readBack(s, target) }
-        if slots.count * 2 > buckets.count { grow() }
+    /// Throws `error` once every record before it is folded, unless one of those failed.
+    private mutating func fail(_ error: StrataError) throws(StrataError) -> Never {
+        try settle()
+        throw error
+    }
+
+    /// The slot of `target` in the single partition, read back from the target when created
+    /// after a flush.
+    private mutating func slot(for target: UnsafeRawBufferPointer, hash h: UInt64) throws(StrataError) -> Int {
+        let (s, created) = partitions[0].slot(for: target, hash: h)
+        if created, targetMayHoldRows { try readBack(partitions[0], s) }
         return s
     }
 
-    private func keyEquals(_ s: Int, _ target: UnsafeRawBufferPointer) -> Bool {
-        keys.withUnsafeBytes { k in memcmp(k.baseAddress! + slots[s].keyStart, target.baseAddress!, target.count) == 0 }
+    // MARK: Partitions and batches
+
+    private mutating func route(_ record: UnsafeRawBufferPointer, _ tail: UnsafeRawBufferPointer, target: Range<Int>, isBase: Bool, lsn: UInt64, hash h: UInt64) throws(StrataError) {
+        // The high bits pick the partition: the low ones pick the bucket inside it.
+        let p = Int(((h >> 32) &* UInt64(partitions.count)) >> 32)
+        filling[p].append(record, tail, target: target, isBase: isBase, lsn: lsn, sequence: sequence, hash: h)
+        sequence += 1
+        batchedBytes += record.count + tail.count
+        if batchedBytes >= batchLimit { try dispatch() }
+    }
+
+    /// Hands the filled batches to the workers, once they are done with the previous ones (and
+    /// the fold has flushed, if it is over its budget).
+    private mutating func dispatch() throws(StrataError) {
+        guard let workers, batchedBytes > 0 else { return }
+        try waitForWorkers()
+        if memory > budget { try flush() }
+        swap(&filling, &inFlight)
+        for b in filling { b.removeAll() }
+        batchedBytes = 0
+        let partitions = partitions
+        let batches = inFlight
+        if targetMayHoldRows {
+            // Rows not in memory may be in the target: find them, read them back here (the
+            // workers never touch LMDB), then fold.
+            workers.post { i in batches[i].resolve(in: partitions[i], collecting: true) }
+            workers.wait()
+            func readBacks(from r: some ReadableTransaction) throws(StrataError) {
+                for (p, b) in zip(partitions, batches) {
+                    for s in b.created { try readBack(p, s, from: r) }
+                }
+            }
+            if let environment {
+                // One read transaction for the batch's rows, not one per row.
+                try Store.asStrataError { try environment.read { r in try readBacks(from: r) } }
+            } else {
+                try readBacks(from: txn)
+            }
+            workers.post { i in batches[i].fold(into: partitions[i]) }
+        } else {
+            workers.post { i in
+                batches[i].resolve(in: partitions[i], collecting: false)
+                batches[i].fold(into: partitions[i])
+            }
+        }
+    }
+
+    /// Waits for the workers, then throws the first failure, in log order, of their batches.
+    private mutating func waitForWorkers() throws(StrataError) {
+        guard let workers else { return }
+        workers.wait()
+        if let first = inFlight.compactMap(\.failure).min(by: { $0.sequence < $1.sequence }) {
+            throw first.error
+        }
     }
 
     /// Loads a row the target already holds (written by an earlier flush).
-    private mutating func readBack(_ s: Int, _ target: UnsafeRawBufferPointer) throws(StrataError) {
-        if let state = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.rows) }) {
-            replaceState(s, with: state)
+    private func readBack(_ p: FoldPartition, _ s: Int) throws(StrataError) {
+        if let environment {
+            // The flushes were committed: read them in a read transaction of the scratch store.
+            try Store.asStrataError { try environment.read { r in try readBack(p, s, from: r) } }
+        } else {
+            try readBack(p, s, from: txn)
         }
-        if let g = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.gone) }) { slots[s].gone = try Self.lsn(g) }
-        if let p = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.pending) }) { slots[s].pendingSince = try Self.lsn(p) }
     }
 
-    private mutating func grow() {
-        buckets = [Int32](repeating: -1, count: buckets.count * 2)
-        let mask = buckets.count - 1
-        for s in slots.indices {
-            var b = Int(truncatingIfNeeded: slots[s].hash) & mask
-            while buckets[b] >= 0 { b = (b + 1) & mask }
-            buckets[b] = Int32(s)
+    private func readBack(_ p: FoldPartition, _ s: Int, from txn: some ReadableTransaction) throws(StrataError) {
+        try p.withKey(s) { (target) throws(StrataError) in
+            if let state = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.rows) }) {
+                p.replaceState(s, with: state)
+            }
+            if let g = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.gone) }) { p.setGone(s, try Self.lsn(g)) }
+            if let v = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.pending) }) { p.setPending(s, try Self.lsn(v)) }
         }
     }
 
@@ -175,62 +233,94 @@ struct BulkFold {
         if memory > budget { try flush() }
     }
 
+    /// Writes every row in memory into the target, in key order, and forgets them.
     private mutating func flush() throws(StrataError) {
-        let order = sortedSlots()
-        let append = !targetMayHoldRows
+        if let workers {
+            let partitions = partitions
+            workers.post { i in partitions[i].sort() }
+            workers.wait()
+        } else {
+            partitions[0].sort()
+        }
+        // Merge the partitions' sorted rows: a key is in one partition only.
+        var next = [Int](repeating: 0, count: partitions.count)
         var old = ByteWriter(capacity: 512)
-        var key = ByteWriter(capacity: 64)
-        for s in order {
-            key.reset()
-            key.bytes.append(contentsOf: keys[slots[s].keyStart..<slots[s].keyStart + slots[s].keyCount])
-            let slot = slots[s]
-            try key.withUnsafeBytes { (k) throws(StrataError) in
-                // The state the target held before this flush, for the index and view entries.
-                var hadOld = false
-                if !append {
-                    old.reset()
-                    if let o = try lmdb({ () throws(LMDBError) in try txn.get(k, in: views.rows) }) {
-                        old.append(o)
-                        hadOld = true
-                    }
+        func writeRows(upTo limit: Int) throws(StrataError) -> Bool {
+            var written = 0
+            while written < limit {
+                var best = -1
+                for p in partitions.indices where next[p] < partitions[p].order.count {
+                    if best < 0 || partitions[p].precedes(partitions[p].order[next[p]], partitions[best], partitions[best].order[next[best]]) { best = p }
                 }
-                let table = try self.table(slot.tableID)
-                if !table.indexes.isEmpty || !table.views.isEmpty {
-                    try old.withUnsafeBytes { (o) throws(StrataError) in
-                        try withBytes(slot.state) { (n) throws(StrataError) in
-                            let before = hadOld ? o : nil
-                            let after = slot.state.isEmpty ? nil : n
-                            // The log passed the unique checks when it was written; checking here,
-                            // with rows written in key order instead of log order, could see a
-                            // value still held by a row flushed later.
-                            try views.updateIndexes(table, target: k, old: before, new: after, in: writer, checkingUniqueness: false)
-                            try views.updateViews(table, target: k, old: before, new: after, in: writer)
-                        }
+                if best < 0 { return false }
+                let s = partitions[best].order[next[best]]
+                try write(partitions[best], s, old: &old)
+                written += partitions[best].slots[s].keyCount + partitions[best].slots[s].state.count
+                next[best] += 1
+            }
+            return true
+        }
+        if let environment {
+            var more = true
+            while more {
+                // Environment.write runs its closure again when the map had to grow: each
+                // attempt starts from the same row.
+                let start = next
+                more = try Store.asStrataError {
+                    try environment.write { t in
+                        next = start
+                        txn = t
+                        writer = ViewWriter(t, views, overlay: nil)
+                        return try writeRows(upTo: stepBytes)
                     }
-                }
-                try lmdb { () throws(LMDBError) in
-                    let flags: PutFlags = append ? .append : []
-                    if !slot.state.isEmpty {
-                        try withBytes(slot.state) { (v) throws(LMDBError) in try txn.put(k, v, in: views.rows, flags: flags) }
-                    } else if !append {
-                        try txn.delete(k, in: views.rows)
-                    }
-                    try put(slot.gone, k, in: views.gone, flags: flags)
-                    try put(slot.pendingSince, k, in: views.pending, flags: flags)
                 }
             }
+        } else {
+            _ = try writeRows(upTo: .max)
         }
-        // Keeps the tables' capacity (the next pass is likely as large) but frees the states.
-        slots.removeAll(keepingCapacity: true)
-        keys.removeAll(keepingCapacity: true)
-        for b in buckets.indices { buckets[b] = -1 }
-        stateBytes = 0
-        if memory > budget / 2 {
-            slots = []
-            keys = []
-            buckets = [Int32](repeating: -1, count: 1 << 10)
-        }
+        for p in partitions { p.removeAll(keepingUpTo: budget / 2 / partitions.count) }
         targetMayHoldRows = true
+    }
+
+    /// Writes slot `s` of `p` into the target.
+    private mutating func write(_ p: FoldPartition, _ s: Int, old: inout ByteWriter) throws(StrataError) {
+        let append = !targetMayHoldRows
+        let slot = p.slots[s]
+        let table = try self.table(slot.tableID)
+        try p.withKey(s) { (k) throws(StrataError) in
+            // The state the target held before this flush, for the index and view entries.
+            var hadOld = false
+            if !append {
+                old.reset()
+                if let o = try lmdb({ () throws(LMDBError) in try txn.get(k, in: views.rows) }) {
+                    old.append(o)
+                    hadOld = true
+                }
+            }
+            if !table.indexes.isEmpty || !table.views.isEmpty {
+                try old.withUnsafeBytes { (o) throws(StrataError) in
+                    try withBytes(slot.state) { (n) throws(StrataError) in
+                        let before = hadOld ? o : nil
+                        let after = slot.state.isEmpty ? nil : n
+                        // The log passed the unique checks when it was written; checking here,
+                        // with rows written in key order instead of log order, could see a
+                        // value still held by a row flushed later.
+                        try views.updateIndexes(table, target: k, old: before, new: after, in: writer, checkingUniqueness: false)
+                        try views.updateViews(table, target: k, old: before, new: after, in: writer)
+                    }
+                }
+            }
+            try lmdb { () throws(LMDBError) in
+                let flags: PutFlags = append ? .append : []
+                if !slot.state.isEmpty {
+                    try withBytes(slot.state) { (v) throws(LMDBError) in try txn.put(k, v, in: views.rows, flags: flags) }
+                } else if !append {
+                    try txn.delete(k, in: views.rows)
+                }
+                try put(slot.gone, k, in: views.gone, flags: flags)
+                try put(slot.pendingSince, k, in: views.pending, flags: flags)
+            }
+        }
     }
 
     /// Puts an LSN entry, or deletes the key's entry when `lsn` is 0.
@@ -248,36 +338,6 @@ struct BulkFold {
         let t = try catalog.table(id: id)
         cachedTable = t
         return t
-    }
-
-    /// The slots in key order (LMDB's order: bytewise, shorter first on a common prefix).
-    private func sortedSlots() -> [Int] {
-        // Sorting by the first 16 bytes as two integers settles nearly every comparison without
-        // touching the key bytes (a table id and an encoded integer key fit in 13).
-        struct Item { var a: UInt64; var b: UInt64; var slot: Int }
-        var items: [Item] = []
-        items.reserveCapacity(slots.count)
-        keys.withUnsafeBytes { k in
-            for (i, s) in slots.enumerated() {
-                var a: UInt64 = 0
-                var b: UInt64 = 0
-                for j in 0..<16 {
-                    let byte = j < s.keyCount ? UInt64(k[s.keyStart + j]) : 0
-                    if j < 8 { a = a << 8 | byte } else { b = b << 8 | byte }
-                }
-                items.append(Item(a: a, b: b, slot: i))
-            }
-            items.sort { x, y in
-                if x.a != y.a { return x.a < y.a }
-                if x.b != y.b { return x.b < y.b }
-                let sx = slots[x.slot]
-                let sy = slots[y.slot]
-                let n = min(sx.keyCount, sy.keyCount)
-                let c = memcmp(k.baseAddress! + sx.keyStart, k.baseAddress! + sy.keyStart, n)
-                return c != 0 ? c < 0 : sx.keyCount < sy.keyCount
-            }
-        }
-        return items.map(\.slot)
     }
 
     // MARK: Helpers

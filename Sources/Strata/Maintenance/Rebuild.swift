@@ -57,7 +57,7 @@ extension Store {
             tx.overlay.version = .empty(at: tx.lastLSN)
             tx.requestCheckpoint()
             try Store.mappingStorageErrors { try views.derived.forEach { try txn.clear($0) } }
-            return try Store.fold(from: txn.reader, views, into: txn, views, catalog: tx.catalog, budget: options.foldMemoryLimit, progress: progress)
+            return try Store.fold(from: txn.reader, views, into: txn, views, catalog: tx.catalog, budget: options.foldMemoryLimit, workers: options.foldWorkers, progress: progress)
         }
     }
 
@@ -94,10 +94,15 @@ extension Store {
                 /// Folds the log through `lsn` into the (empty) scratch views and compares them
                 /// with the live views as `live` reads them.
                 func check(_ live: ViewReader, through lsn: UInt64, suffix: String) throws -> Int {
-                    let count = try scratch.write { target in
+                    // The scratch store is committed in steps: one transaction would keep all of
+                    // its dirty pages in memory.
+                    let target = try scratch.write { target in
                         try views.derived.forEach { try target.clear($0) }
-                        return try Store.fold(from: txn, views, into: target, scratchViews, catalog: catalog, budget: self.options.foldMemoryLimit, through: lsn, progress: suffix.isEmpty ? progress : nil)
+                        return BulkFold(views: scratchViews, catalog: catalog, into: target, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers)
                     }
+                    var fold = target
+                    fold.commitsInSteps(scratch)
+                    let count = try Store.fold(from: txn, views, into: &fold, through: lsn, progress: suffix.isEmpty ? progress : nil)
                     try scratch.read { rebuilt in
                         for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("gone", views.gone, scratchViews.gone), ("index", views.index, scratchViews.index), ("view", views.view, scratchViews.view)] {
                             let (l, r) = try compare(name + suffix, live, a, rebuilt, b, catalog: catalog, into: &differences)
@@ -119,14 +124,27 @@ extension Store {
 
     /// Folds the base snapshot and the log of `source` (read through `reader`), up to LSN
     /// `through`, into the empty derived views `target` of `txn`; with `copying`, also copies the
-    /// base snapshot and the operations into `target`'s. Returns the number of operations.
+    /// base snapshot and the operations into `target`'s, on `workers` threads (see `BulkFold`).
+    /// Returns the number of operations.
     static func fold(
-        from reader: some ReadableTransaction, _ source: Views, into txn: LMDB.WriteTransaction, _ target: Views, catalog: Catalog, budget: Int,
+        from reader: some ReadableTransaction, _ source: Views, into txn: LMDB.WriteTransaction, _ target: Views, catalog: Catalog, budget: Int, workers: Int = 1,
         through: UInt64 = .max, copying: Bool = false, progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws(StrataError) -> Int {
-        var fold = BulkFold(views: target, catalog: catalog, into: txn, budget: budget)
+        var fold = BulkFold(views: target, catalog: catalog, into: txn, budget: budget, workers: workers)
         _ = try foldBase(from: reader, base: source.base, into: &fold, copyTo: copying ? (txn, target.base) : nil)
         let count = try foldLog(from: reader, log: source.log, into: &fold, through: through, copyTo: copying ? (txn, target.log) : nil, progress: progress)
+        try fold.finish()
+        return count
+    }
+
+    /// Folds the base snapshot and the log of `source` (read through `reader`), up to LSN
+    /// `through`, into `fold`, which writes a scratch store in steps. Returns the number of
+    /// operations.
+    static func fold(
+        from reader: some ReadableTransaction, _ source: Views, into fold: inout BulkFold, through: UInt64, progress: ((_ done: Int, _ total: Int) -> Void)?
+    ) throws(StrataError) -> Int {
+        _ = try foldBase(from: reader, base: source.base, into: &fold)
+        let count = try foldLog(from: reader, log: source.log, into: &fold, through: through, progress: progress)
         try fold.finish()
         return count
     }
@@ -141,26 +159,33 @@ extension Store {
         // The log being folded is `log` (of `reader`), not the target's, which may be a scratch store's.
         let total = progress == nil ? 0 : Int(min(try reader.lastLSN(of: log), through))
         var previous: UInt64 = 0
-        try reader.scan(log) { c in
-            var e = try c.first()
-            while let entry = e {
-                let lsn = try Counter.lsn(key: entry.key)
-                guard lsn > previous else { throw StrataError(.corruptRecord, "the log is out of order at LSN \(lsn)") }
-                if lsn > through { break }
-                previous = lsn
-                // The fold writes only when it flushes, between operations, and never to the
-                // log: the record the cursor lends stays valid while it is folded.
-                try fold.apply(operation: entry.value, lsn: lsn)
-                if let copyTo {
-                    try lmdb { () throws(LMDBError) in
-                        var k = lsn.bigEndian
-                        try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try copyTo.txn.put(kb, entry.value, in: copyTo.log, flags: .append) }
+        do throws(StrataError) {
+            try reader.scan(log) { c in
+                var e = try c.first()
+                while let entry = e {
+                    let lsn = try Counter.lsn(key: entry.key)
+                    guard lsn > previous else { throw StrataError(.corruptRecord, "the log is out of order at LSN \(lsn)") }
+                    if lsn > through { break }
+                    previous = lsn
+                    // The fold writes only when it flushes, between operations, and never to the
+                    // log: the record the cursor lends stays valid while it is folded.
+                    try fold.apply(operation: entry.value, lsn: lsn)
+                    if let copyTo {
+                        try lmdb { () throws(LMDBError) in
+                            var k = lsn.bigEndian
+                            try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try copyTo.txn.put(kb, entry.value, in: copyTo.log, flags: .append) }
+                        }
                     }
+                    count += 1
+                    if let progress, count % 10_000 == 0 { progress(count, total) }
+                    e = try c.next()
                 }
-                count += 1
-                if let progress, count % 10_000 == 0 { progress(count, total) }
-                e = try c.next()
             }
+        } catch {
+            // The fold may still hold operations read before the failure: one of them failing
+            // is the first failure in log order.
+            try fold.settle()
+            throw error
         }
         progress?(count, max(total, count))
         return count

@@ -43,7 +43,7 @@ extension Store {
                     let catalog = try currentCatalog(source)
                     try txn.setMeta(MetaKey.horizon, horizon, in: target.views)
                     _ = try Store.fold(
-                        from: source, views, into: txn, target.views, catalog: catalog, budget: self.options.foldMemoryLimit,
+                        from: source, views, into: txn, target.views, catalog: catalog, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers,
                         through: lsn, copying: true, progress: progress
                     )
                     // The fold wrote the views themselves: they are current through the last
