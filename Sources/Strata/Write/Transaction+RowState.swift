@@ -119,10 +119,20 @@ extension Transaction {
             // state (a merge, a reset, an import).
             for (fid, def) in t.definitions.enumerated() {
                 guard let def, !def.isNullable, !t.isKeyField(fid), !t.dropped.contains(fid) else { continue }
-                if state.fields[def.name].map({ $0.current.isNull }) ?? true {
+                guard state.fields[def.name].map({ $0.current.isNull }) ?? true else { continue }
+                guard let d = def.defaultValue else {
                     throw StrataError(.nullNotAllowed, "row \(key) of table '\(t.name)' would have no value for the required field '\(def.name)' (not nullable)")
                 }
+                // A field with a default that neither side has a value for takes the default, on
+                // both sides (clean), as it does in a row new to this device.
+                var w = ByteWriter(capacity: 16)
+                w.appendVarint(UInt64(fid))
+                w.append(0)
+                w.appendValue(d)
+                wanted.removeAll { $0.id == fid }
+                wanted.append((fid, w.bytes))
             }
+            wanted.sort { $0.id < $1.id }
         }
         var flags: RowFlags = []
         if let state {
