@@ -294,11 +294,27 @@ public final class Environment: @unchecked Sendable {
         }
         // A handle opened in a read-only transaction survives only if that transaction is
         // committed (an abort closes it), so this one does not go through `read`.
-        enter()
-        defer { leave() }
-        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_dbi_open(\(name ?? "main"))") }
         var txn: OpaquePointer?
-        try check(mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin(read)")
+        while true {
+            enter()
+            guard !isClosed else {
+                leave()
+                throw LMDBError(code: LMDBError.closed, operation: "mdb_dbi_open(\(name ?? "main"))")
+            }
+            let rc = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn)
+            if rc == MDB_MAP_RESIZED {
+                // Another process grew the map since this one opened it (as in `read`).
+                leave()
+                try adoptResizedMap()
+                continue
+            }
+            guard rc == 0 else {
+                leave()
+                throw LMDBError(code: rc, operation: "mdb_txn_begin(read)")
+            }
+            break
+        }
+        defer { leave() }
         var dbi = MDB_dbi()
         let rc = mdb_dbi_open(txn, name, 0, &dbi)
         if rc != 0 {

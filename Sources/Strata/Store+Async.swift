@@ -19,8 +19,8 @@ extension Store {
             throw StrataError(.io, "the store at '\(path)' is read-only: this process cannot write its files; nothing was changed")
         }
         try Task.checkCancellation()
-        let result = Mutex<R?>(nil)
-        let request = Mutex<WriteRequest?>(nil)
+        let result = Locked<R?>(nil)
+        let request = Locked<WriteRequest?>(nil)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<R, any Error>) in
                 let r = WriteRequest(

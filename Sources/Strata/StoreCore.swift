@@ -30,7 +30,7 @@ final class StoreCore: @unchecked Sendable {
     let env: Environment
     let views: Views
     /// The catalog last seen; every transaction checks its version against `meta`.
-    let cachedCatalog: Mutex<Catalog>
+    let cachedCatalog: Locked<Catalog>
     let observers = Observers()
     /// Shared `flock` on `strata.lock` in the store's folder, held while the store is open, so
     /// that ``Store/reclaimSpace(at:)`` can tell that nobody has it open.
@@ -95,7 +95,7 @@ final class StoreCore: @unchecked Sendable {
             throw error
         }
         (views, clientID) = (opened.0, opened.1)
-        cachedCatalog = Mutex(opened.2)
+        cachedCatalog = Locked(opened.2)
     }
 
     deinit {

@@ -29,7 +29,7 @@ struct StoreArgument: ParsableArguments {
     /// (it waits for LMDB's writer lock, which has no timeout), the command gives up with `busy`;
     /// the waiting thread is left behind, and the process exits with the error.
     private func openWaitingAtMost(_ seconds: Double, _ open: @escaping @Sendable () throws -> Store) throws -> Store {
-        let result = Mutex<Result<Store, any Error>?>(nil)
+        let result = Locked<Result<Store, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
             let r = Result { try open() }

@@ -20,7 +20,7 @@ func runStrata(_ arguments: [String], environment: [String: String], killAfter l
     process.standardOutput = out
     process.standardError = err
     try process.run()
-    let killed = Mutex(false)
+    let killed = Locked(false)
     let pid = process.processIdentifier
     let guardTimer = DispatchWorkItem {
         killed.withLock { $0 = true }

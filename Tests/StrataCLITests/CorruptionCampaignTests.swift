@@ -82,12 +82,12 @@ struct SplitMix64: RandomNumberGenerator {
         try Self.makeFixture(fixture)
         try Self.makeFixture(otherLock)
 
-        let tally = Mutex(Tally())
+        let tally = Locked(Tally())
         let indices = only.map { [$0] } ?? Array(0..<trials)
         let started = Date()
         // Children spend much of their time waiting (process start, fsync): more workers than
         // cores keep both cores busy.
-        let next = Mutex(0)
+        let next = Locked(0)
         let group = DispatchGroup()
         for _ in 0..<min(Self.workers, indices.count) {
             DispatchQueue.global().async(group: group) {
@@ -289,7 +289,7 @@ struct SplitMix64: RandomNumberGenerator {
         process.standardOutput = out
         process.standardError = err
         try process.run()
-        let killed = Mutex(false)
+        let killed = Locked(false)
         let pid = process.processIdentifier
         let timer = DispatchSource.makeTimerSource()
         timer.schedule(deadline: .now() + 60)
@@ -300,7 +300,7 @@ struct SplitMix64: RandomNumberGenerator {
         timer.resume()
         // Both pipes are drained at once, so a chatty child never blocks on a full one.
         let group = DispatchGroup()
-        let errData = Mutex(Data())
+        let errData = Locked(Data())
         DispatchQueue.global().async(group: group) {
             let d = err.fileHandleForReading.readDataToEndOfFile()
             errData.withLock { $0 = d }

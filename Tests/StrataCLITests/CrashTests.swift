@@ -37,7 +37,7 @@ import Glibc
             process.standardOutput = out
             // Collects the writer's output as it comes, so the kill can wait for a first commit
             // (a slow start, under a sanitizer or a loaded machine, must not end a round empty).
-            let output = Mutex(Data())
+            let output = Locked(Data())
             out.fileHandleForReading.readabilityHandler = { h in
                 let chunk = h.availableData
                 output.withLock { $0.append(chunk) }

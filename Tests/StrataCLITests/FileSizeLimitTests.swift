@@ -21,7 +21,11 @@ import Testing
         return (signal, process.terminationStatus, String(decoding: e, as: UTF8.self))
     }
 
-    @Test func exportCopyAndReclaimReportAFullDiskUnderAFileSizeLimit() throws {
+    // ThreadSanitizer's runtime itself dies of SIGBUS under a file size limit, before `main` (even
+    // `strata --version` does): the instrumented run cannot say anything about Strata here.
+    @Test(.disabled(if: ProcessInfo.processInfo.environment["STRATA_SANITIZER"] == "thread",
+                    "a ThreadSanitizer binary cannot start under a file size limit"))
+    func exportCopyAndReclaimReportAFullDiskUnderAFileSizeLimit() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-fsize-\(UUID().uuidString)").path
         let briefcase = path + ".briefcase"
         let copy = path + "-copy"

@@ -69,7 +69,7 @@ func runStrataWatchingSignals(_ arguments: [String]) throws -> (signal: Int32?, 
             }
             let allCases = cases
             print("HostileMetaTests: \(keys.count) meta entries, \(cases.count) stores")
-            let failures = Mutex<[String]>([])
+            let failures = Locked<[String]>([])
             DispatchQueue.concurrentPerform(iterations: allCases.count) { i in
                 let (key, value) = allCases[i]
                 let label = "meta \(String(decoding: key, as: UTF8.self)) = \(value.name)"

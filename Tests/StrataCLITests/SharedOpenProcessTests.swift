@@ -30,7 +30,7 @@ import Glibc
         var reported = 0
         // This process also writes without pause on another thread, through the Store it keeps,
         // so that a writer process starting up finds it in the middle of a write.
-        let background = Mutex<(stop: Bool, rows: Int, failure: String?)>((false, 0, nil))
+        let background = Locked<(stop: Bool, rows: Int, failure: String?)>((false, 0, nil))
         let backgroundDone = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
             var n = 0

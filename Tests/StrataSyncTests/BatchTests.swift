@@ -251,14 +251,14 @@ func clientRows(_ store: Store, _ table: String) throws -> [String] {
 /// A transport that loses requests and responses, repeats them and fails, at random.
 final class FlakyTransport: SyncTransport {
     let server: InMemorySyncServer
-    let rng: Mutex<SplitMix64>
+    let rng: Locked<SplitMix64>
     init(_ server: InMemorySyncServer, seed: UInt64) {
         self.server = server
-        rng = Mutex(SplitMix64(seed: seed))
+        rng = Locked(SplitMix64(seed: seed))
     }
     struct Lost: Error {}
     /// How many requests were lost, half-delivered or repeated.
-    let faults = Mutex(0)
+    let faults = Locked(0)
     func roll() -> Int {
         let r = rng.withLock { $0.below(10) }
         if r < 3 { faults.withLock { $0 += 1 } }
@@ -330,7 +330,7 @@ final class FlakyTransport: SyncTransport {
             let store = try Store(path: path)
             try store.createTable(tasks)
             try await store.write { tx in for i in 1...3 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) } }
-            let seen = Mutex<[SyncProgress]>([])
+            let seen = Locked<[SyncProgress]>([])
             _ = try await SyncClient(store: store).sync(with: InMemorySyncServer()) { p in seen.withLock { $0.append(p) } }
             let events = seen.withLock { $0 }
             #expect(events.first?.phase == .pull && events.last?.phase == .push && events.last?.status == .complete)

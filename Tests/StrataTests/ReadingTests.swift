@@ -46,7 +46,7 @@ import Testing
     @Test func observersGetTheChangedKeysOfCommittedTransactionsOnly() throws {
         try withStore { store, _ in
             try store.createTable(tasksSchema)
-            let seen = Mutex<[CommitNotification]>([])
+            let seen = Locked<[CommitNotification]>([])
             let token = store.observe { n in seen.withLock { $0.append(n) } }
             try store.write { tx in
                 try tx.insert("tasks", ["id": 1, "title": "a"])

@@ -18,7 +18,7 @@ import Testing
             try store.write { tx in
                 for i in 1...30 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "task \(i)", "priority": .int(Int64(i % 4))]) }
             }
-            let seen = Mutex(0)
+            let seen = Locked(0)
             // --- README reading begins ---
             try store.createIndex("by_priority", on: "tasks", fields: ["priority"])
             let urgent = Query("tasks", where: .and([.equals("done", false), .lessThan("priority", 2)]),

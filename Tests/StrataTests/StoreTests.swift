@@ -269,8 +269,8 @@ private func state(_ store: Store) throws -> [String] {
             // Each write adds two rows and sets the counter row's priority to the row count, so
             // any consistent snapshot has: count - 1 == priority of row 0, and an odd count.
             let writes = 300
-            let failures = Mutex(0)
-            let done = Mutex(false)
+            let failures = Locked(0)
+            let done = Locked(false)
             DispatchQueue.concurrentPerform(iterations: 4) { worker in
                 if worker == 0 {
                     for w in 0..<writes {

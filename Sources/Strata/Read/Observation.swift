@@ -39,7 +39,7 @@ public final class ObservationToken: Sendable {
 
 /// The observers of a store.
 final class Observers: Sendable {
-    private let callbacks = Mutex<[UUID: @Sendable (CommitNotification) -> Void]>([:])
+    private let callbacks = Locked<[UUID: @Sendable (CommitNotification) -> Void]>([:])
     private let count = Atomic<Int>(0)
 
     /// Whether anyone is listening: transactions collect changes only then.

@@ -147,14 +147,14 @@ final class WriteQueue: @unchecked Sendable {
 /// A value behind an `NSLock`, for state that many threads contend for. ThreadSanitizer follows
 /// a pthread mutex; it does not see the futex a contended `Synchronization.Mutex` waits on on
 /// Linux, and reports the accesses it orders as races.
-final class Locked<Value>: @unchecked Sendable {
+package final class Locked<Value>: @unchecked Sendable {
     // @unchecked: `value` is only touched inside `withLock`, under `lock`.
     private let lock = NSLock()
     private var value: Value
 
-    init(_ value: Value) { self.value = value }
+    package init(_ value: Value) { self.value = value }
 
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+    package func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)

@@ -23,7 +23,7 @@ public final class InMemorySyncServer: SyncTransport {
         var expiredThrough = 0
         var forgotten: Set<String> = []
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// The key fields of each table, by table name (`["id"]` when not listed).
     public let keyFields: [String: [String]]
     /// Lets a test refuse changes or assign keys and values: return a result to use instead of
