@@ -90,13 +90,24 @@ import Glibc
         // A short pause per commit keeps the table small enough that every snapshot's checks stay
         // quick while the rest of the suite loads the machine.
         writer.environment = ProcessInfo.processInfo.environment.merging(["STRATA_OVERLAY_BUDGET": String(Int.max), "STRATA_HELPER_PAUSE_US": "2000"]) { $1 }
-        writer.standardOutput = FileHandle.nullDevice
+        let out = Pipe()
+        writer.standardOutput = out
+        // Drains the writer's output as it comes (a full pipe would stop it) and notes its first
+        // commit, which also created the table: a slow start (a sanitizer, a loaded machine) must
+        // not find the store still empty.
+        let started = Locked(false)
+        out.fileHandleForReading.readabilityHandler = { h in
+            if String(decoding: h.availableData, as: UTF8.self).contains("C ") { started.withLock { $0 = true } }
+        }
         try writer.run()
         defer {
             kill(writer.processIdentifier, SIGKILL)
             writer.waitUntilExit()
+            out.fileHandleForReading.readabilityHandler = nil
         }
-        usleep(200_000)
+        let startDeadline = ContinuousClock.now + .seconds(120)
+        while ContinuousClock.now < startDeadline, writer.isRunning, !started.withLock({ $0 }) { usleep(5_000) }
+        try #require(started.withLock { $0 }, "the writer process did not commit within 120 s")
         var options = StoreOptions()
         options.createIfMissing = false
         let store = try Store(path: path, options: options)
