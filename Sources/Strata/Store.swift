@@ -273,8 +273,8 @@ public final class Store: Sendable {
                         try tx.finish()
                         request.notification = tx.notification
                         if tx.catalogChanged {
-                            catalog = tx.catalog
-                            committedCatalog = tx.catalog
+                            catalog = tx.workingCatalog
+                            committedCatalog = tx.workingCatalog
                         }
                     }
                     if group.count == 1 {
@@ -335,7 +335,10 @@ public final class Store: Sendable {
         try Store.mappingStorageErrors {
             try env.read { txn in
                 let reader = ViewReader(txn: txn, views: views, overlay: OverlayBuffer(try overlayVersion(for: txn)))
-                return try body(Snapshot(txn: reader, views: views, catalog: try currentCatalog(txn)))
+                // The snapshot refuses every use once `body` returns: LMDB frees the transaction.
+                let lease = Lease(.read)
+                defer { lease.end() }
+                return try body(Snapshot(txn: reader, views: views, catalog: try currentCatalog(txn), lease: lease))
             }
         }
     }
@@ -350,7 +353,7 @@ public final class Store: Sendable {
 
     /// The tables of the store, in creation order.
     public var tables: [TableSchema] {
-        get throws { try read { $0.tables } }
+        get throws { try read { try $0.tables } }
     }
 
     /// Writes buffered commits to disk. Needed only with ``Durability/noSync``.

@@ -51,7 +51,7 @@ extension Store {
     @discardableResult
     public func rebuild(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Int {
         try write { tx in
-            let txn = tx.txn.writeTxn!
+            let txn = try tx.txn.writeTxn!
             // Straight into LMDB: the overlay is dropped, and the commit records the views as
             // current through the log's end.
             tx.overlay.version = .empty(at: tx.lastLSN)
