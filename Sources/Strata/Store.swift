@@ -391,7 +391,14 @@ public final class Store: Sendable {
         var fs = statvfs()
         let diskFull = statvfs(path, &fs) == 0 && UInt64(fs.f_bavail) * UInt64(fs.f_frsize) < slack
         var limit = rlimit()
-        let atLimit = getrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 && limit.rlim_cur != rlim_t.max
+        // Glibc declares the resources as an enum; Darwin and Musl as plain `Int32` macros.
+        #if canImport(Glibc)
+        let fileSizeResource = Int32(RLIMIT_FSIZE.rawValue)
+        #else
+        let fileSizeResource = RLIMIT_FSIZE
+        #endif
+        // No limit is RLIM_INFINITY: all ones on Linux, 2^63 - 1 on Darwin; no real limit is that high.
+        let atLimit = getrlimit(fileSizeResource, &limit) == 0 && limit.rlim_cur < rlim_t(Int64.max)
             && (try? Store.fileSize(path + "/data.mdb")).map { UInt64($0) + slack >= UInt64(limit.rlim_cur) } == true
         guard diskFull || atLimit else { return error }
         let what = diskFull ? "the disk is full" : "the disk is full (the store's file reached the process's file size limit)"

@@ -1,6 +1,13 @@
 import Foundation
-import Glibc
 import LMDB
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// What ``Store/verify()`` found.
 public struct VerifyReport: Sendable, CustomStringConvertible {
