@@ -30,7 +30,7 @@ let package = Package(
             // The wire format's JSON Schema and example documents, for server developers.
             exclude: ["Wire/strata-wire.schema.json", "Wire/examples"]
         ),
-        // The reference workload of shared/bench/WORKLOAD.md, shared by `strata bench` and Benchmarks/.
+        // The reference workload of Benchmarks/WORKLOAD.md, shared by `strata bench` and Benchmarks/.
         .target(name: "StrataWorkload", dependencies: ["Strata"]),
         .executableTarget(
             name: "StrataCLI",

@@ -273,8 +273,8 @@ public final class Store: Sendable {
                         try tx.finish()
                         request.notification = tx.notification
                         if tx.catalogChanged {
-                            catalog = tx.catalog
-                            committedCatalog = tx.catalog
+                            catalog = tx.workingCatalog
+                            committedCatalog = tx.workingCatalog
                         }
                     }
                     if group.count == 1 {
@@ -335,7 +335,10 @@ public final class Store: Sendable {
         try Store.mappingStorageErrors {
             try env.read { txn in
                 let reader = ViewReader(txn: txn, views: views, overlay: OverlayBuffer(try overlayVersion(for: txn)))
-                return try body(Snapshot(txn: reader, views: views, catalog: try currentCatalog(txn)))
+                // The snapshot refuses every use once `body` returns: LMDB frees the transaction.
+                let lease = Lease(.read)
+                defer { lease.end() }
+                return try body(Snapshot(txn: reader, views: views, catalog: try currentCatalog(txn), lease: lease))
             }
         }
     }
@@ -350,7 +353,7 @@ public final class Store: Sendable {
 
     /// The tables of the store, in creation order.
     public var tables: [TableSchema] {
-        get throws { try read { $0.tables } }
+        get throws { try read { try $0.tables } }
     }
 
     /// Writes buffered commits to disk. Needed only with ``Durability/noSync``.
@@ -388,7 +391,14 @@ public final class Store: Sendable {
         var fs = statvfs()
         let diskFull = statvfs(path, &fs) == 0 && UInt64(fs.f_bavail) * UInt64(fs.f_frsize) < slack
         var limit = rlimit()
-        let atLimit = getrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 && limit.rlim_cur != rlim_t.max
+        // Glibc declares the resources as an enum; Darwin and Musl as plain `Int32` macros.
+        #if canImport(Glibc)
+        let fileSizeResource = Int32(RLIMIT_FSIZE.rawValue)
+        #else
+        let fileSizeResource = RLIMIT_FSIZE
+        #endif
+        // No limit is RLIM_INFINITY: all ones on Linux, 2^63 - 1 on Darwin; no real limit is that high.
+        let atLimit = getrlimit(fileSizeResource, &limit) == 0 && limit.rlim_cur < rlim_t(Int64.max)
             && (try? Store.fileSize(path + "/data.mdb")).map { UInt64($0) + slack >= UInt64(limit.rlim_cur) } == true
         guard diskFull || atLimit else { return error }
         let what = diskFull ? "the disk is full" : "the disk is full (the store's file reached the process's file size limit)"

@@ -10,7 +10,7 @@ extension Durability: ExpressibleByArgument {}
 struct BenchCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Run the reference workload (shared/bench/WORKLOAD.md) against a fresh store.",
+        abstract: "Run the reference workload (Benchmarks/WORKLOAD.md in the repository) against a fresh store.",
         discussion: """
             Preloads rows in one transaction (then acknowledges them, untimed), applies the edit \
             stream in transactions of --batch edits, coalesces the pending rows into the next \

@@ -210,7 +210,12 @@ enum PageWalk {
     static func run(path: String, from: Int) {
         // A crash is expected here at worst; leave no core file for it.
         var noCore = rlimit(rlim_cur: 0, rlim_max: 0)
+        // Glibc declares the resources as an enum; Darwin and Musl as plain `Int32` macros.
+        #if canImport(Glibc)
         _ = setrlimit(Int32(RLIMIT_CORE.rawValue), &noCore)
+        #else
+        _ = setrlimit(RLIMIT_CORE, &noCore)
+        #endif
         var options = EnvironmentOptions()
         options.readOnly = true
         options.maxDatabases = 64

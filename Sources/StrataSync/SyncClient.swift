@@ -94,7 +94,7 @@ public final class SyncClient: Sendable {
     }
 
     private func mergeTable(_ delta: TableDelta, mode: ServerDelta.Mode, anchor: String, policy: ConflictPolicy, tx: Transaction, report: inout MergeReport) throws {
-        let snap = tx.snapshot
+        let snap = try tx.snapshot
         let schema = try snap.schema(delta.table)
         let keyFields = Set(schema.primaryKey)
         var seen = Set<RowKey>(minimumCapacity: delta.upserts.count + delta.deletes.count)

@@ -1,6 +1,6 @@
 import Strata
 
-/// The reference workload ("tasks") of `shared/bench/WORKLOAD.md`: one deterministic edit stream
+/// The reference workload ("tasks") of `Benchmarks/WORKLOAD.md`: one deterministic edit stream
 /// that every benchmark and every peer is measured on.
 ///
 /// The order of random draws is part of the specification; do not reorder anything here.

@@ -114,7 +114,13 @@ if let fileLimit {
     // Past the limit a write fails with EFBIG instead of killing the process with SIGXFSZ.
     signal(SIGXFSZ, SIG_IGN)
     var limit = rlimit(rlim_cur: rlim_t(fileLimit), rlim_max: rlim_t(fileLimit))
-    guard setrlimit(Int32(RLIMIT_FSIZE.rawValue), &limit) == 0 else { fatalError("setrlimit failed") }
+    // Glibc declares the resources as an enum; Darwin and Musl as plain `Int32` macros.
+    #if canImport(Glibc)
+    let resource = Int32(RLIMIT_FSIZE.rawValue)
+    #else
+    let resource = RLIMIT_FSIZE
+    #endif
+    guard setrlimit(resource, &limit) == 0 else { fatalError("setrlimit failed") }
 }
 let sync = SyncClient(store: store, policy: .clientWins)
 let parts = 5

@@ -6,6 +6,10 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// Runs `strata` with extra environment variables; kills it after `limit` seconds (a guard

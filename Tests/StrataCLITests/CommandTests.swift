@@ -206,4 +206,17 @@ func json(_ text: String) throws -> Any {
             #expect(r.status == 0 && r.out.contains("strata \(command)"), "\(command) --help")
         }
     }
+
+    /// `strata bench --help` names the workload document by its place in the repository, and
+    /// that document is there with the check counts `WorkloadTests` holds the generator to.
+    @Test func benchHelpPointsAtTheWorkloadDocumentInTheRepository() throws {
+        let help = try runStrata(["bench", "--help"])
+        #expect(help.status == 0 && help.out.contains("Benchmarks/WORKLOAD.md"), "\(help.out)")
+        #expect(!help.out.contains("shared/"))
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let document = try String(contentsOf: root.appendingPathComponent("Benchmarks/WORKLOAD.md"), encoding: .utf8)
+        for count in ["700,509 updates", "199,461 inserts", "100,030 deletes", "199,431 live rows"] {
+            #expect(document.contains(count), "Benchmarks/WORKLOAD.md lacks '\(count)'")
+        }
+    }
 }

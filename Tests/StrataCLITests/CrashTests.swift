@@ -6,6 +6,10 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// A writer process killed with SIGKILL at random moments, again and again: after every kill the

@@ -5,6 +5,10 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
 #endif
 
 /// Runs `strata` through `/bin/sh -c` with `prefix` before it (a `ulimit`, a `trap`).

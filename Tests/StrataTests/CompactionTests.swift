@@ -11,7 +11,7 @@ import Testing
     static func tables(_ store: Store) throws -> [String] {
         try store.read { snap in
             var out: [String] = []
-            for t in snap.tables {
+            for t in try snap.tables {
                 out += try snap.rows(t.name, includingDeleted: true).map(\.description)
                 out += try snap.pendingRows(t.name).map { "pending \($0.key) \($0.status)" }
             }

@@ -32,7 +32,7 @@ import Testing
                 for i in 0..<20 { try tx.update("tasks", key: .init(.int(Int64(i))), ["title": "u", "updated": 1.5]) }
                 try tx.insert("bag", ["k": "a\u{0}b", "x": .bytes([0, 1]), "when": .timestamp(Date())])
             }
-            let catalog = try store.read { $0.catalog }
+            let catalog = try store.read { try $0.catalog }
             // The records are read from LMDB itself: write the overlay there first.
             try store.checkpoint()
             var rows: [([UInt8], [UInt8])] = []

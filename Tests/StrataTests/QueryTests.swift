@@ -413,7 +413,7 @@ struct QueryFixture {
             #expect(try store.verify().isConsistent)
             try store.rebuild()
             try check("after rebuild")
-            #expect(try store.read { $0.namedViews.map(\.name) } == definitions.map(\.0))
+            #expect(try store.read { try $0.namedViews.map(\.name) } == definitions.map(\.0))
         }
     }
 

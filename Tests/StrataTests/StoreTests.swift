@@ -7,8 +7,8 @@ import Testing
 /// Everything a store holds that a user can observe: rows with their state, and the log.
 private func state(_ store: Store) throws -> [String] {
     try store.read { snap in
-        var out = ["lastLSN \(try snap.lastLSN)", "tables \(snap.tables.map(\.name))"]
-        for t in snap.tables {
+        var out = ["lastLSN \(try snap.lastLSN)", "tables \(try snap.tables.map(\.name))"]
+        for t in try snap.tables {
             out += try snap.rows(t.name, includingDeleted: true).map(\.description)
             out += try snap.fieldNames(t.name)
         }

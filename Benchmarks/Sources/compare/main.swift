@@ -3,7 +3,7 @@ import Peers
 import Strata
 import StrataWorkload
 
-// Runs the reference workload (shared/bench/WORKLOAD.md) against Strata and the SQLite peers in
+// Runs the reference workload (Benchmarks/WORKLOAD.md) against Strata and the SQLite peers in
 // one process and prints every phase with Strata's ratio to each peer, as a Markdown table.
 //
 //   swift run -c release compare [--edits N] [--preload N] [--single N] [--batches 1000,100,1] [--probes N]

@@ -1,5 +1,12 @@
-import Glibc
 import LMDB
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// Folds a base snapshot and a whole log into the views of a write transaction, through memory.
 ///

@@ -76,7 +76,7 @@ extension Store {
     @discardableResult
     public func compact(retaining retention: Retention = Retention()) throws -> CompactionReport {
         try write { tx in
-            let txn = tx.txn
+            let txn = try tx.txn
             let reader = txn.reader
             // The log after the checkpointed views must stay whole (other processes fold it), so
             // the commit that moves the horizon also checkpoints.
@@ -235,6 +235,7 @@ extension Transaction {
 
     /// Removes the log pin `name`; nothing happens when there is none.
     public func unpinLog(_ name: String) throws {
+        let txn = try self.txn
         try lmdb { () throws(LMDBError) in try txn.delete(Array((MetaKey.pinPrefix + name).utf8), in: views.meta) }
     }
 }

@@ -1,7 +1,14 @@
 import Dispatch
 import Foundation
-import Glibc
 import LMDB
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// The rows of one partition of a ``BulkFold``: each row's state and its `gone` and `pending`
 /// entries, in an open-addressing hash table keyed by the row's `rows` key.

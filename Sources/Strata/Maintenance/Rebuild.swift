@@ -1,6 +1,13 @@
 import Foundation
-import Glibc
 import LMDB
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// What ``Store/verify()`` found.
 public struct VerifyReport: Sendable, CustomStringConvertible {
@@ -51,7 +58,7 @@ extension Store {
     @discardableResult
     public func rebuild(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Int {
         try write { tx in
-            let txn = tx.txn.writeTxn!
+            let txn = try tx.txn.writeTxn!
             // Straight into LMDB: the overlay is dropped, and the commit records the views as
             // current through the log's end.
             tx.overlay.version = .empty(at: tx.lastLSN)

@@ -249,7 +249,8 @@ extension Snapshot {
     }
 
     func rowAt(_ rowsKey: [UInt8], _ t: TableInfo) throws(StrataError) -> Row? {
-        try withBytes(rowsKey) { (k) throws(StrataError) -> Row? in
+        let txn = try self.txn
+        return try withBytes(rowsKey) { (k) throws(StrataError) -> Row? in
             guard let record = try lmdb({ () throws(LMDBError) in try txn.get(k, in: views.rows) }) else { return nil }
             return try Row(table: t, rowsKey: k, record: record)
         }

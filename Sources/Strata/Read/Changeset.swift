@@ -154,6 +154,7 @@ extension Snapshot {
     /// - Complexity: O(p + r) for p pending rows over r rows: the `pending` and `rows` views are
     ///   walked together in key order, and values are copied as stored, never decoded.
     public func pendingChangeset(_ table: String) throws -> Changeset {
+        let catalog = try self.catalog
         let t = try catalog.table(named: table)
         var w = ByteWriter(capacity: try payloadEstimate())
         w.append(Changeset.magic)

@@ -10,6 +10,7 @@ extension Snapshot {
     ///
     /// - Complexity: O(p log n) for p pending rows; memory O(1) in p.
     public func forEachPendingRow(_ table: String? = nil, _ body: (Row) throws -> Bool) throws {
+        let (txn, catalog) = (try self.txn, try self.catalog)
         let tables = try table.map { [try catalog.table(named: $0)] } ?? catalog.tables.values.sorted { $0.id < $1.id }
         var going = true
         for t in tables where going {
@@ -34,6 +35,7 @@ extension Snapshot {
         let t = try catalog.table(named: table)
         var k = ByteWriter(capacity: 40)
         try t.encodeKey(key, into: &k)
+        let txn = try self.txn
         var lsns: [UInt64] = []
         try txn.forEachInChain(of: k.bytes, views: views) { lsn, _ in lsns.append(lsn) }
         for lsn in lsns.reversed() {

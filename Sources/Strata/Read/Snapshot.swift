@@ -4,16 +4,48 @@ import LMDB
 /// ``Transaction/snapshot``, where it also sees the transaction's own edits).
 ///
 /// Everything it returns is a copy that may outlive it; the snapshot itself never leaves its
-/// closure.
+/// closure. A snapshot kept after its closure returned throws ``StrataError`` `invalidOperation`
+/// from every method and property: LMDB's transaction under it has ended.
 public struct Snapshot {
-    /// LMDB's snapshot with the overlay that belongs with it.
-    let txn: ViewReader
+    /// LMDB's snapshot with the overlay that belongs with it; reached through ``txn``.
+    private let reader: ViewReader
     let views: Views
-    let catalog: Catalog
+    /// The catalog as of this snapshot; reached through ``catalog``.
+    private let lentCatalog: Catalog
+    /// Ends when the closure that lent the snapshot returns.
+    private let lease: Lease
+
+    init(txn: ViewReader, views: Views, catalog: Catalog, lease: Lease) {
+        self.reader = txn
+        self.views = views
+        self.lentCatalog = catalog
+        self.lease = lease
+    }
+
+    // Every method reaches the store through these two accessors, so this is the one place
+    // that refuses a snapshot kept past its closure (the LMDB transaction is freed by then).
+
+    /// LMDB's snapshot with the overlay; throws once the lending closure has returned.
+    var txn: ViewReader {
+        @inline(__always) get throws(StrataError) {
+            try lease.check()
+            return reader
+        }
+    }
+
+    /// The catalog as of this snapshot; throws once the lending closure has returned.
+    var catalog: Catalog {
+        @inline(__always) get throws(StrataError) {
+            try lease.check()
+            return lentCatalog
+        }
+    }
 
     /// The tables of the store, in creation order.
+    ///
+    /// - Throws: ``StrataError`` `invalidOperation` when the snapshot outlived its closure.
     public var tables: [TableSchema] {
-        catalog.tables.values.sorted { $0.id < $1.id }.map(\.schema)
+        get throws { try catalog.tables.values.sorted { $0.id < $1.id }.map(\.schema) }
     }
 
     /// The schema of `table`, as declared.
@@ -40,6 +72,7 @@ public struct Snapshot {
     /// - Complexity: O(log n).
     public func row(_ table: String, key: RowKey, includingDeleted: Bool = false) throws -> Row? {
         let t = try catalog.table(named: table)
+        let txn = try self.txn
         var k = ByteWriter(capacity: 32)
         try t.encodeKey(key, into: &k)
         return try k.withUnsafeBytes { (kb) throws(StrataError) -> Row? in
@@ -89,6 +122,7 @@ public struct Snapshot {
     ///
     /// - Complexity: O(p log n) for p pending rows: a range scan of the `pending` view.
     public func pendingRows(_ table: String? = nil) throws -> [Row] {
+        let (txn, catalog) = (try self.txn, try self.catalog)
         let tables = try table.map { [try catalog.table(named: $0)] } ?? catalog.tables.values.sorted { $0.id < $1.id }
         var rows: [Row] = []
         for t in tables {

@@ -81,14 +81,14 @@ extension Transaction {
             throw StrataError(.invalidSchema, "view '\(name)' has a limit; a view holds every matching row, read it page by page")
         }
         try snapshot.validate(query)
-        if let (table, existing) = catalog.view(named: name) {
+        if let (table, existing) = try catalog.view(named: name) {
             guard existing.query == query else {
                 throw StrataError(.invalidSchema, "a view named '\(name)' exists on table '\(table.name)' with another query")
             }
             return
         }
         var t = try catalog.table(named: query.table)
-        let view = ViewInfo(id: catalog.nextIndexID, name: name, query: query)
+        let view = ViewInfo(id: try catalog.nextIndexID, name: name, query: query)
         var entries: [([UInt8], [UInt8])] = []
         try snapshot.scanTable(t, in: views.rows) { k, record in
             let row = try Row(table: t, rowsKey: k, record: record)
@@ -98,12 +98,13 @@ extension Transaction {
             }
             return true
         }
+        let txn = try self.txn
         try lmdb { () throws(LMDBError) in
             for (k, v) in entries { try txn.put(k, v, in: views.view) }
         }
         t.views.append(view)
-        catalog.tables[t.id] = t
-        catalog.nextIndexID += 1
+        workingCatalog.tables[t.id] = t
+        workingCatalog.nextIndexID += 1
         markCatalogChanged()
         // The entries for existing rows come from no operation: checkpoint them with the commit.
         requestCheckpoint()
@@ -129,7 +130,7 @@ extension Catalog {
 extension Snapshot {
     /// The named views of the store.
     public var namedViews: [ViewDefinition] {
-        catalog.tables.values.sorted { $0.id < $1.id }.flatMap { $0.views.map { ViewDefinition(name: $0.name, query: $0.query) } }
+        get throws { try catalog.tables.values.sorted { $0.id < $1.id }.flatMap { $0.views.map { ViewDefinition(name: $0.name, query: $0.query) } } }
     }
 
     /// One page of a named view: up to `size` rows after `after`, read from the view's entries
@@ -138,7 +139,7 @@ extension Snapshot {
     /// - Complexity: O(size · log n).
     public func page(view name: String, size: Int, after: PageToken? = nil) throws -> Page {
         precondition(size > 0, "a page holds at least one row")
-        guard let (t, view) = catalog.view(named: name) else {
+        guard let (t, view) = try catalog.view(named: name) else {
             throw StrataError(.tableNotFound, "no view named '\(name)'")
         }
         let q = view.query

@@ -32,7 +32,7 @@ extension Transaction {
             }
             return
         }
-        let index = IndexInfo(id: catalog.nextIndexID, name: name, fieldIDs: ids, unique: unique)
+        let index = IndexInfo(id: try catalog.nextIndexID, name: name, fieldIDs: ids, unique: unique)
         // Build every entry (and check uniqueness) before writing any.
         var entries: [[UInt8]] = []
         var seen: [[Value]: RowKey] = [:]
@@ -47,12 +47,13 @@ extension Transaction {
             entries.append(IndexKeys.prefix(index, values) + Array(k[4...]))
             return true
         }
+        let txn = try self.txn
         try lmdb { () throws(LMDBError) in
             for e in entries { try txn.put(e, [], in: views.index) }
         }
         t.indexes.append(index)
-        catalog.tables[t.id] = t
-        catalog.nextIndexID += 1
+        workingCatalog.tables[t.id] = t
+        workingCatalog.nextIndexID += 1
         markCatalogChanged()
         // The entries for existing rows come from no operation: checkpoint them with the commit.
         requestCheckpoint()

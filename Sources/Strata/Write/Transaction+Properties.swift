@@ -16,6 +16,7 @@ extension Transaction {
             throw StrataError(.invalidValue, "property '\(name)' cannot hold a timestamp of \(t.timeIntervalSince1970) seconds: Strata stores only finite numbers and times")
         }
         let key = Array(("p:" + name).utf8)
+        let txn = try self.txn
         try lmdb { () throws(LMDBError) in
             if let value {
                 try txn.put(key, value.encoded, in: views.meta)

@@ -65,7 +65,7 @@ extension Transaction {
         var updated = TableInfo(id: t.id, schema: schema, fieldNames: fieldNames, dropped: dropped)
         updated.indexes = t.indexes
         updated.views = t.views
-        catalog.tables[t.id] = updated
+        workingCatalog.tables[t.id] = updated
         markCatalogChanged()
     }
 }

@@ -11,19 +11,22 @@ import LMDB
 /// field — logs nothing.
 public final class Transaction {
     let store: Store
-    /// Writes the log and `meta` into LMDB and the views into `overlay`.
-    let txn: ViewWriter
+    /// Writes the log and `meta` into LMDB and the views into `overlay`; reached through ``txn``.
+    private let writer: ViewWriter
     /// The working copy of the overlay, published when the transaction commits.
     let overlay: OverlayBuffer
     let views: Views
-    var catalog: Catalog
+    /// The catalog with this transaction's changes. Read it through ``catalog`` (which checks
+    /// that the transaction is live); change it here, after such a read.
+    var workingCatalog: Catalog
+    /// Ends when the closure that lent the transaction returns (``close()``).
+    let lease = Lease(.write)
     private(set) var catalogChanged = false
     private let baseCatalogVersion: UInt64
     private var nextLSN: UInt64
     private var txnID: UInt64 = 0
     private var txnIDStored = false
     private let timestampMicros: UInt64
-    private var isOpen = true
 
     // Reusable buffers: after the first few edits, an edit allocates nothing here.
     private var keyBuf = ByteWriter(capacity: 64)
@@ -42,26 +45,42 @@ public final class Transaction {
 
     init(store: Store, txn: LMDB.WriteTransaction, overlay: OverlayBuffer, catalog: Catalog) throws(StrataError) {
         self.store = store
-        self.txn = ViewWriter(txn, store.views, overlay: overlay)
+        self.writer = ViewWriter(txn, store.views, overlay: overlay)
         self.overlay = overlay
         self.views = store.views
-        self.catalog = catalog
+        self.workingCatalog = catalog
         self.baseCatalogVersion = catalog.version
-        self.nextLSN = try self.txn.lastLSN(in: store.views) + 1
+        self.nextLSN = try writer.lastLSN(in: store.views) + 1
         self.firstLSN = nextLSN
         if !store.observers.isEmpty { changes = [] }
         self.timestampMicros = UInt64(max(0, (Date().timeIntervalSince1970 * 1_000_000).rounded()))
         newValues.reserveCapacity(16)
     }
 
-    func close() { isOpen = false }
+    /// Ends the transaction's use: called when the write closure has returned (or thrown).
+    func close() { lease.end() }
 
     /// Marks the catalog as changed, to be stored at commit.
     func markCatalogChanged() { catalogChanged = true }
 
-    @inline(__always)
-    private func checkOpen() {
-        precondition(isOpen, "Strata: a Transaction was used outside the write closure that lent it")
+    // Every method reaches LMDB and the catalog through these two accessors, so this is the one
+    // place that refuses a transaction kept past its closure: by then LMDB has committed or
+    // aborted the transaction and freed it, and a write through it would corrupt memory.
+
+    /// The writer over LMDB's transaction; throws once the lending closure has returned.
+    var txn: ViewWriter {
+        @inline(__always) get throws(StrataError) {
+            try lease.check()
+            return writer
+        }
+    }
+
+    /// The catalog with this transaction's changes; throws once the lending closure has returned.
+    var catalog: Catalog {
+        @inline(__always) get throws(StrataError) {
+            try lease.check()
+            return workingCatalog
+        }
     }
 
     // MARK: Schema
@@ -70,15 +89,15 @@ public final class Transaction {
     ///
     /// - Throws: ``StrataError`` `invalidSchema` or `tableExists`.
     public func createTable(_ schema: TableSchema) throws {
-        checkOpen()
         try schema.validate()
+        let catalog = try self.catalog
         if let id = catalog.tableIDs[schema.name] {
             guard catalog.tables[id]!.schema == schema else {
                 throw StrataError(.tableExists, "table '\(schema.name)' exists with a different definition")
             }
             return
         }
-        _ = catalog.add(schema)
+        _ = workingCatalog.add(schema)
         catalogChanged = true
     }
 
@@ -93,7 +112,7 @@ public final class Transaction {
             changed = true
         }
         if changed {
-            catalog.tables[t.id] = t
+            workingCatalog.tables[t.id] = t
             catalogChanged = true
         }
     }
@@ -109,7 +128,6 @@ public final class Transaction {
     ///   `nullNotAllowed`, `missingField` (a required or key field not given), `duplicateKey`.
     /// - Complexity: O(log n) per database touched.
     public func insert(_ table: String, _ fields: FieldValues) throws {
-        checkOpen()
         var t = try catalog.table(named: table)
         let key = try keyFromFields(fields, t)
         try encodeKey(key, t)
@@ -131,7 +149,6 @@ public final class Transaction {
     ///   `invalidOperation` (a primary key field given a different value).
     /// - Complexity: O(log n) per database touched.
     public func update(_ table: String, key: RowKey, _ fields: FieldValues) throws {
-        checkOpen()
         var t = try catalog.table(named: table)
         try encodeKey(key, t)
         let tableChanged = try encodeValues(fields, &t, key: key, defaults: false)
@@ -145,7 +162,6 @@ public final class Transaction {
 
     /// Updates the row with the key found in `fields` if it exists, inserts it otherwise.
     public func upsert(_ table: String, _ fields: FieldValues) throws {
-        checkOpen()
         let t = try catalog.table(named: table)
         let key = try keyFromFields(fields, t)
         try encodeKey(key, t)
@@ -161,7 +177,6 @@ public final class Transaction {
     ///
     /// - Throws: ``StrataError`` `rowNotFound`.
     public func delete(_ table: String, key: RowKey) throws {
-        checkOpen()
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
         let old = try liveRow(t, key)
@@ -174,7 +189,6 @@ public final class Transaction {
     ///   inserted locally (it has no originals: revert the row instead), a row deleted locally
     ///   (revert the row to undo the delete), or a primary key field.
     public func revert(_ table: String, key: RowKey, field: String) throws {
-        checkOpen()
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
         guard let id = t.fieldIDs[field] else {
@@ -201,7 +215,6 @@ public final class Transaction {
     ///
     /// - Throws: ``StrataError`` `rowNotFound`.
     public func revert(_ table: String, key: RowKey) throws {
-        checkOpen()
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
         guard let old = try storedRow() else { throw notFound(t, key) }
@@ -213,7 +226,6 @@ public final class Transaction {
     /// - Complexity: O(p log n) for p pending rows of the table.
     @discardableResult
     public func revertAll(_ table: String) throws -> Int {
-        checkOpen()
         let t = try catalog.table(named: table)
         var prefix = ByteWriter(capacity: 4)
         prefix.appendBigEndian(t.id)
@@ -249,7 +261,6 @@ public final class Transaction {
     ///
     /// - Throws: ``StrataError`` `rowNotFound`.
     public func acknowledge(_ table: String, key: RowKey) throws {
-        checkOpen()
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
         guard let old = try storedRow() else { throw notFound(t, key) }
@@ -294,7 +305,6 @@ public final class Transaction {
         _ table: String, key: RowKey, _ values: [String: Value], kind: LogEntry.Kind,
         annotation: ([ReplacedValue]) throws -> [UInt8]
     ) throws -> ServerValuesResult {
-        checkOpen()
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
         guard let old = try storedRow() else { return .needsMerge }
@@ -357,9 +367,11 @@ public final class Transaction {
     // MARK: Reading inside the transaction
 
     /// A snapshot of this transaction's state, including its own uncommitted edits.
+    ///
+    /// The snapshot ends with the transaction: kept after the write closure returned, it throws
+    /// like the transaction does.
     public var snapshot: Snapshot {
-        checkOpen()
-        return Snapshot(txn: txn.reader, views: views, catalog: catalog)
+        get throws { Snapshot(txn: try txn.reader, views: views, catalog: try catalog, lease: lease) }
     }
 
     /// The row as this transaction sees it; see ``Snapshot/row(_:key:includingDeleted:)``.
@@ -400,6 +412,7 @@ public final class Transaction {
 
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
             let header = try OperationHeader(op)
+            let txn = try self.txn
             try views.apply(operation: op, header: header, lsn: lsn, old: old, table: t, in: txn, scratch: &rowBuf)
             try lmdb { () throws(LMDBError) in
                 var k = lsn.bigEndian
@@ -409,7 +422,7 @@ public final class Transaction {
         // Only now that the edit is applied (a unique index may still have refused it) do its
         // new property-bag fields enter the catalog.
         if tableChanged {
-            catalog.tables[t.id] = t
+            workingCatalog.tables[t.id] = t
             catalogChanged = true
         }
         if !txnIDStored {
@@ -427,7 +440,6 @@ public final class Transaction {
         _ t: TableInfo, target: [UInt8], wanted: [(id: Int, entry: [UInt8])], flags: RowFlags,
         kind: LogEntry.Kind, origin: LogEntry.Origin, annotation: [UInt8], tableChanged: Bool
     ) throws(StrataError) {
-        checkOpen()
         keyBuf.reset()
         keyBuf.append(target)
         let old = try storedRow()
@@ -492,13 +504,13 @@ public final class Transaction {
     /// Persists catalog changes and, when enabled, checks the invariants. Called before commit.
     func finish() throws(StrataError) {
         if catalogChanged {
-            catalog.version = baseCatalogVersion + 1
+            workingCatalog.version = baseCatalogVersion + 1
             let bytes: [UInt8]
-            do { bytes = try catalog.encoded() } catch {
+            do { bytes = try workingCatalog.encoded() } catch {
                 throw StrataError(.invalidSchema, "the catalog cannot be encoded: \(error)")
             }
             try txn.setMeta(MetaKey.catalog, bytes, in: views)
-            try txn.setMeta(MetaKey.catalogVersion, catalog.version, in: views)
+            try txn.setMeta(MetaKey.catalogVersion, workingCatalog.version, in: views)
         }
         if store.options.checkInvariants {
             for target in touched {
@@ -525,7 +537,7 @@ public final class Transaction {
     /// Writes the overlay into the views in LMDB, in key order, and records the LSN they now
     /// reflect; the overlay starts over, empty.
     private func checkpoint() throws(StrataError) {
-        guard let lmdbTxn = txn.writeTxn else { return }
+        guard let lmdbTxn = try txn.writeTxn else { return }
         try Checkpoint.write(overlay.version, into: lmdbTxn, views)
         try txn.setMeta(MetaKey.viewsLSN, lastLSN, in: views)
         overlay.version = .empty(at: lastLSN)
@@ -535,7 +547,8 @@ public final class Transaction {
 
     /// The stored row state at `keyBuf` (live or deleted), lent by LMDB until the next write.
     private func storedRow() throws(StrataError) -> UnsafeRawBufferPointer? {
-        try lmdb { () throws(LMDBError) in try keyBuf.withUnsafeBytes { (k) throws(LMDBError) in try txn.get(k, in: views.rows) } }
+        let txn = try self.txn
+        return try lmdb { () throws(LMDBError) in try keyBuf.withUnsafeBytes { (k) throws(LMDBError) in try txn.get(k, in: views.rows) } }
     }
 
     private func notFound(_ t: TableInfo, _ key: RowKey) -> StrataError {

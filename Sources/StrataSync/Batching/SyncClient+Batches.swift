@@ -48,7 +48,7 @@ extension SyncClient {
         precondition(maxRows > 0 && maxBytes > 0, "a batch needs room for at least one row")
         return try store.write { tx in
             if let inFlight = try Self.inFlight(tx) { return inFlight }
-            let snap = tx.snapshot
+            let snap = try tx.snapshot
             let changes = try uploadOrder(snap, excluding: excluding)
             guard !changes.isEmpty else { return nil }
             let chosen = BatchingRules.firstBatch(changes, maxRows: maxRows, maxBytes: maxBytes)
