@@ -92,6 +92,9 @@ enum PageCheck {
         guard FileManager.default.fileExists(atPath: path + "/data.mdb") else {
             throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
         }
+        // An empty data.mdb is no store to walk, and the child's LMDB would create a lock file
+        // beside it.
+        try Store.refuseEmptyDataFile(in: path)
         var report = PageCheckReport()
         var from = 0
         while true {
