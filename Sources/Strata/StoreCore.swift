@@ -220,7 +220,7 @@ final class StoreCore: @unchecked Sendable {
     }
 
     /// What an environment that is not a current store holds.
-    private enum Content {
+    enum Content {
         /// A Strata store (of an older format, to migrate).
         case strata
         /// No transaction was ever committed: nothing to lose.
@@ -231,7 +231,7 @@ final class StoreCore: @unchecked Sendable {
 
     /// Tells a Strata store from a fresh environment and from anything else, in a read
     /// transaction: writes nothing. An LMDB error (a damaged root page) counts as foreign.
-    private static func inspect(_ env: Environment, path: String) throws(StrataError) -> Content {
+    static func inspect(_ env: Environment, path: String) throws(StrataError) -> Content {
         do {
             let main = try env.openDatabase(nil, create: false)
             var meta: Database?

@@ -115,8 +115,16 @@ enum StoreFiles {
             let path = folder + "/strata.lock"
             let fd = open(path, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { return }
-            // Removed only while nobody else holds it: an exclusive lock proves that.
-            if flock(fd, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
+            // Removed only while nobody else holds it: an exclusive lock proves that. A child
+            // this process forks meanwhile shares the descriptor (and its lock) until it execs,
+            // so a failure is retried for a moment.
+            for _ in 0..<20 {
+                if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+                    unlink(path)
+                    break
+                }
+                usleep(2_000)
+            }
             closeDescriptor(fd)
         }
     }
@@ -128,5 +136,12 @@ extension Store {
     /// directly (`strata check`): LMDB would take such a file for a new environment.
     public static func refuseEmptyDataFile(in folder: String) throws(StrataError) {
         try StoreFiles.refuseEmptyDataFile(in: folder)
+    }
+
+    /// Removes `lock.mdb` from `folder` unless a process has the environment there open. For
+    /// tools that open a folder's files with LMDB directly and must leave the folder as they
+    /// found it (`strata check` on a folder that had no lock file).
+    public static func removeUnusedLockFile(in folder: String) {
+        if !StoreFiles.lmdbLockIsHeld(in: folder) { unlink(folder + "/lock.mdb") }
     }
 }

@@ -95,6 +95,10 @@ enum PageCheck {
         // An empty data.mdb is no store to walk, and the child's LMDB would create a lock file
         // beside it.
         try Store.refuseEmptyDataFile(in: path)
+        // The child's LMDB creates lock.mdb when it is missing; a check leaves the folder as it
+        // found it.
+        let hadLockFile = FileManager.default.fileExists(atPath: path + "/lock.mdb")
+        defer { if !hadLockFile { Store.removeUnusedLockFile(in: path) } }
         var report = PageCheckReport()
         var from = 0
         while true {
