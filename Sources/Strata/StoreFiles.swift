@@ -144,4 +144,12 @@ extension Store {
     public static func removeUnusedLockFile(in folder: String) {
         if !StoreFiles.lmdbLockIsHeld(in: folder) { unlink(folder + "/lock.mdb") }
     }
+
+    /// Creates `lock.mdb` in `folder` with its blocks allocated, when it is missing and the
+    /// folder is writable, so that LMDB opening the folder on a full disk fails with
+    /// ``StrataError/Code/diskFull`` instead of dying of SIGBUS. For tools that open a folder's
+    /// files with LMDB directly (`strata check`); ``Store/init(path:options:)`` does it itself.
+    public static func allocateLockFile(in folder: String, maxReaders: UInt32 = 126) throws(StrataError) {
+        try StoreFiles.allocateLockFile(in: folder, readers: maxReaders)
+    }
 }

@@ -99,6 +99,9 @@ enum PageCheck {
         // found it.
         let hadLockFile = FileManager.default.fileExists(atPath: path + "/lock.mdb")
         defer { if !hadLockFile { Store.removeUnusedLockFile(in: path) } }
+        // Made with its blocks allocated: on a full disk, LMDB's own would be a SIGBUS in the
+        // child, reported as damage.
+        try Store.allocateLockFile(in: path)
         var report = PageCheckReport()
         var from = 0
         while true {
