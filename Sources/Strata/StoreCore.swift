@@ -152,9 +152,13 @@ final class StoreCore: @unchecked Sendable {
     /// Refuses a file shorter than its own last page says: LMDB maps the file and would read
     /// past its end (a SIGBUS, not an error) at the first touch of a missing page.
     private static func checkFileLength(_ env: Environment, path: String) throws(StrataError) {
+        // The pages first, then the file: a commit in another process writes its pages (growing
+        // the file) before the meta page that counts them, so read the other way round a
+        // commit in between would look like a truncated file.
+        let used = env.usedBytes
         let size = try Store.fileSize(path + "/data.mdb")
-        guard size >= env.usedBytes else {
-            throw StrataError(.corruptRecord, "the store's file '\(path)/data.mdb' is truncated: it holds \(size) bytes, but its pages reach \(env.usedBytes); restore it from a copy")
+        guard size >= used else {
+            throw StrataError(.corruptRecord, "the store's file '\(path)/data.mdb' is truncated: it holds \(size) bytes, but its pages reach \(used); restore it from a copy")
         }
     }
 
