@@ -93,8 +93,10 @@ enum StoreFiles {
         var failure: Int32 = 0
         let zeros = [UInt8](repeating: 0, count: size)
         let written = zeros.withUnsafeBytes { pwrite(fd, $0.baseAddress, size, 0) }
+        // No fsync: the file's content is LMDB's runtime state, rebuilt on every first open;
+        // what matters is that its blocks are reserved, and a write reserves them (a full disk
+        // fails it with ENOSPC).
         if written != size { failure = written < 0 ? errno : ENOSPC }
-        if failure == 0 && fsync(fd) != 0 { failure = errno }
         closeDescriptor(fd)
         if failure == 0 && link(temporary, target) != 0 && errno != EEXIST { failure = errno }
         unlink(temporary)
