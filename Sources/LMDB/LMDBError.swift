@@ -53,6 +53,17 @@ public struct LMDBError: Error, Hashable, Sendable, CustomStringConvertible {
     /// A lookup found nothing (`MDB_NOTFOUND`); thrown only where "nothing" cannot be `nil`,
     /// such as opening a named database that does not exist without creating it.
     public static let notFound = MDB_NOTFOUND
+    /// The file is not an LMDB data file (`MDB_INVALID`): its header lacks LMDB's magic number.
+    public static let invalid = MDB_INVALID
+    /// The file is an LMDB data file of another format version (`MDB_VERSION_MISMATCH`).
+    public static let versionMismatch = MDB_VERSION_MISMATCH
+    /// Whether this error is how LMDB reports a damaged file: a page number past the end of
+    /// the file (`MDB_PAGE_NOTFOUND`), a page of the wrong kind (`MDB_CORRUPTED`), a database
+    /// record of the wrong shape (`MDB_INCOMPATIBLE`), or a value outside the file
+    /// (``valueOutsideFile``).
+    public var isDamage: Bool {
+        [MDB_PAGE_NOTFOUND, MDB_CORRUPTED, MDB_INCOMPATIBLE, LMDBError.valueOutsideFile].contains(code)
+    }
     /// The ``Environment`` was closed (``Environment/close()``); `EBADF`, as for a closed file.
     public static let closed = EBADF
 

@@ -31,8 +31,10 @@ public struct StoreOptions: Sendable {
     public var initialMapSize: Int = 64 << 20
     /// The most concurrent readers across all processes.
     public var maxReaders: UInt32 = 126
-    /// Create the store when the folder holds none. When `false`, opening a folder without a
-    /// store fails with ``StrataError/Code/io``.
+    /// Create the store when the folder holds none (no `data.mdb`). When `false`, opening a
+    /// folder without a store fails with ``StrataError/Code/io`` and creates nothing (not even
+    /// the folder). Either way, a `data.mdb` that is not a Strata store is refused with
+    /// ``StrataError/Code/notAStore`` and never written; see ``Store/init(path:options:)``.
     public var createIfMissing: Bool = true
     /// After every write, re-fold each touched row from its history and check it equals the
     /// live view (slow; meant for tests and debugging).
@@ -119,8 +121,20 @@ public final class Store: Sendable {
     /// Opening an existing store of the current format takes no write transaction, so it does
     /// not wait for a writer in this or another process.
     ///
+    /// **Only a missing store is created.** A store is created where the folder is missing or
+    /// holds no `data.mdb` (and ``StoreOptions/createIfMissing`` is true). An existing
+    /// `data.mdb` must be a Strata store — an LMDB environment whose `meta` database holds the
+    /// store's format version — and anything else is refused and left untouched, byte for byte:
+    /// an empty file, a file that is not LMDB, another program's LMDB database, a damaged header.
+    /// The one exception is an environment in which nothing was ever committed, beside a
+    /// `strata.lock` (a Strata process is creating the store, or was stopped while creating
+    /// it): a creating open initializes it, under LMDB's writer lock, so that processes creating
+    /// one store at once all get the same store.
+    ///
     /// - Throws: ``StrataError`` with code `formatVersion` for a store written by a newer Strata,
-    ///   `io` when the folder holds no store and ``StoreOptions/createIfMissing`` is false.
+    ///   `io` when the folder holds no store and ``StoreOptions/createIfMissing`` is false,
+    ///   `notAStore` when its `data.mdb` is not a Strata store, `diskFull` when the disk has no
+    ///   room for the lock file `lock.mdb` that opening needs.
     public init(path: String, options: StoreOptions = StoreOptions()) throws(StrataError) {
         self.path = path
         if !options.createIfMissing && !FileManager.default.fileExists(atPath: path + "/data.mdb") {

@@ -61,7 +61,19 @@ final class StoreCore: @unchecked Sendable {
         // user's store): open read-only, so it can still be inspected.
         let writable = { (file: String) in access(path + "/" + file, W_OK) == 0 || (errno == ENOENT && access(path, W_OK) == 0) }
         isReadOnly = FileManager.default.fileExists(atPath: path + "/data.mdb") && !(writable("data.mdb") && writable("lock.mdb"))
+        // Before anything is created in the folder: what was there, and no empty data.mdb
+        // (LMDB would write a new environment into it).
+        let before = StoreFiles.Before(path)
+        try StoreFiles.refuseEmptyDataFile(in: path)
         lockFD = try Store.lockFolder(path, exclusive: false)
+        if !isReadOnly {
+            do {
+                try StoreFiles.allocateLockFile(in: path, readers: options.maxReaders)
+            } catch {
+                closeDescriptor(lockFD)
+                throw error
+            }
+        }
         // A reclaim holds the lock exclusively while it runs, so with the shared lock held none
         // runs: a `reclaim.tmp` here is the leftover of one that was killed.
         if FileManager.default.fileExists(atPath: path + "/reclaim.tmp") {
@@ -82,16 +94,22 @@ final class StoreCore: @unchecked Sendable {
             env = try Environment(path: path, options: envOptions)
         } catch {
             closeDescriptor(lockFD)
+            if error.code == LMDBError.invalid || error.code == LMDBError.versionMismatch {
+                // LMDB read the header and wrote nothing: not an LMDB file (or not one it reads).
+                StoreFiles.removeCreatedLockFiles(in: path, before: before)
+                throw StrataError(.notAStore, StoreFiles.notAStoreMessage(path, "its data.mdb is not an LMDB file of a version this Strata reads (\(error.message))"), cause: error)
+            }
             throw StrataError(.io, "cannot open the store at '\(path)': \(error.message)", cause: error)
         }
         let opened: (Views, String, Catalog)
         do {
             try StoreCore.checkFileLength(env, path: path)
-            opened = try StoreCore.open(env, path: path, readOnly: isReadOnly)
+            opened = try StoreCore.open(env, path: path, readOnly: isReadOnly, mayInitialize: options.createIfMissing && before.mayInitializeFresh)
             dataFile = try FolderIdentity(of: path + "/data.mdb")
         } catch {
             env.close()
             closeDescriptor(lockFD)
+            if error.code == .notAStore { StoreFiles.removeCreatedLockFiles(in: path, before: before) }
             throw error
         }
         (views, clientID) = (opened.0, opened.1)
@@ -134,9 +152,13 @@ final class StoreCore: @unchecked Sendable {
     /// Refuses a file shorter than its own last page says: LMDB maps the file and would read
     /// past its end (a SIGBUS, not an error) at the first touch of a missing page.
     private static func checkFileLength(_ env: Environment, path: String) throws(StrataError) {
+        // The pages first, then the file: a commit in another process writes its pages (growing
+        // the file) before the meta page that counts them, so read the other way round a
+        // commit in between would look like a truncated file.
+        let used = env.usedBytes
         let size = try Store.fileSize(path + "/data.mdb")
-        guard size >= env.usedBytes else {
-            throw StrataError(.corruptRecord, "the store's file '\(path)/data.mdb' is truncated: it holds \(size) bytes, but its pages reach \(env.usedBytes); restore it from a copy")
+        guard size >= used else {
+            throw StrataError(.corruptRecord, "the store's file '\(path)/data.mdb' is truncated: it holds \(size) bytes, but its pages reach \(used); restore it from a copy")
         }
     }
 
@@ -144,20 +166,44 @@ final class StoreCore: @unchecked Sendable {
     /// format is opened with read transactions only, so opening never waits for a writer (an app
     /// in the middle of a long write, in this process or another). A new store, or one of an
     /// older format, needs one write transaction to initialize or migrate it.
-    private static func open(_ env: Environment, path: String, readOnly: Bool) throws(StrataError) -> (Views, String, Catalog) {
+    ///
+    /// Nothing is written to an environment that is not a Strata store (see `StoreFiles`): a
+    /// fresh one (no transaction ever committed) is initialized only when `mayInitialize`,
+    /// anything else is refused with `notAStore`.
+    private static func open(_ env: Environment, path: String, readOnly: Bool, mayInitialize: Bool) throws(StrataError) -> (Views, String, Catalog) {
         if let current = try openCurrent(env, path: path) { return current }
+        // Not a current store: an older one, a fresh environment, or something else. Decided
+        // with a read transaction first, so that something else is never written to.
+        switch try inspect(env, path: path) {
+        case .strata: break
+        case .fresh:
+            guard mayInitialize else {
+                throw StrataError(.notAStore, StoreFiles.notAStoreMessage(path, "its data.mdb is an empty LMDB environment, not (yet) a store; a Strata process may be creating it right now, else it was left by one that was stopped while creating it (open it with Store(path:) to create the store), or another program made it"))
+            }
+        case .foreign(let found):
+            throw StrataError(.notAStore, StoreFiles.notAStoreMessage(path, found))
+        }
         if readOnly {
             throw StrataError(.io, "the store at '\(path)' must be written to open (it is new or of an older format), but its files are read-only to this process")
         }
         return try Store.asStrataError {
             try env.write { txn in
+                // Again under LMDB's writer lock, which orders this open against another process
+                // creating the store: if that one committed first, this finds its store.
+                let format: UInt64?
+                // Probed in the main database first: a failed mdb_dbi_open would fail the whole
+                // write transaction (see `WriteTransaction`).
+                let main = try txn.openDatabase(nil, create: false)
+                let hasMeta = try txn.get(Array(Views.names.meta.utf8), in: main) != nil
+                switch try metaFormat(txn.reader, meta: hasMeta ? try txn.openDatabase(Views.names.meta, create: false) : nil) {
+                case .some(let v): format = v
+                case .none where txn.id == 1 && mayInitialize: format = nil  // still fresh
+                case .none:
+                    throw StrataError(.notAStore, StoreFiles.notAStoreMessage(path, "its data.mdb is an LMDB database without Strata's metadata (another program wrote to it meanwhile)"))
+                }
                 let views = try Views.open(txn)
-                let format = try txn.metaUInt64(MetaKey.format, in: views)
                 switch format {
                 case nil:
-                    if try txn.lastLSN(in: views) != 0 {
-                        throw StrataError(.formatVersion, "the store at '\(path)' has a log but no format version; it was not written by Strata")
-                    }
                     try txn.setMeta(MetaKey.format, Store.formatVersion, in: views)
                     try txn.setMeta(MetaKey.clientID, Array(UUID().uuidString.utf8), in: views)
                     try txn.setMeta(MetaKey.catalog, try Catalog().encoded(), in: views)
@@ -177,13 +223,60 @@ final class StoreCore: @unchecked Sendable {
         }
     }
 
+    /// What an environment that is not a current store holds.
+    enum Content {
+        /// A Strata store (of an older format, to migrate).
+        case strata
+        /// No transaction was ever committed: nothing to lose.
+        case fresh
+        /// Anything else, described for the error.
+        case foreign(String)
+    }
+
+    /// Tells a Strata store from a fresh environment and from anything else, in a read
+    /// transaction: writes nothing. An LMDB error (a damaged root page) counts as foreign.
+    static func inspect(_ env: Environment, path: String) throws(StrataError) -> Content {
+        do {
+            let main = try env.openDatabase(nil, create: false)
+            var meta: Database?
+            do {
+                meta = try env.openDatabase(Views.names.meta, create: false)
+            } catch let error as LMDBError where error.code == LMDBError.notFound {
+                meta = nil
+            }
+            return try env.read { txn -> Content in
+                if try metaFormat(txn, meta: meta) != nil { return .strata }
+                let entries = try txn.stats(main).entries
+                if txn.id == 0 && entries == 0 { return .fresh }
+                return .foreign("its data.mdb is an LMDB database without Strata's metadata (\(entries) entries in its main database, no 'meta' database with a format version): another program's database, or a store whose header is damaged (try `strata salvage`)")
+            }
+        } catch let error as StrataError {
+            throw error
+        } catch let error as LMDBError where error.isDamage {
+            return .foreign("its data.mdb is an LMDB file whose list of databases cannot be read (\(error.message)): a damaged store (try `strata salvage`), or not a Strata store")
+        } catch let error as LMDBError {
+            throw StrataError.storage(error)
+        } catch {
+            throw StrataError(.storage, "\(error)")
+        }
+    }
+
+    /// The format version in `meta`, or `nil` when there is no `meta` database or no version in
+    /// it. A version of the wrong length is corrupt (the store is Strata's, but damaged).
+    private static func metaFormat(_ txn: ReadTransaction, meta: Database?) throws(StrataError) -> UInt64? {
+        guard let meta else { return nil }
+        guard let bytes = try lmdb({ () throws(LMDBError) in try txn.get(Array(MetaKey.format.utf8), in: meta) }) else { return nil }
+        return try Counter.decode(bytes, database: Views.names.meta, key: MetaKey.format)
+    }
+
     /// The read-only way in: `nil` when the store is not an initialized store of the current
     /// format (a database missing, no format, an older format), which the write path handles.
     private static func openCurrent(_ env: Environment, path: String) throws(StrataError) -> (Views, String, Catalog)? {
         func database(_ name: String) throws(StrataError) -> Database? {
             do {
                 return try env.openDatabase(name, create: false)
-            } catch let error as LMDBError where error.code == LMDBError.notFound {
+            } catch let error as LMDBError where error.code == LMDBError.notFound || error.isDamage {
+                // Damage too: `inspect` says what the file is, without writing to it.
                 return nil
             } catch let error as LMDBError {
                 throw StrataError.storage(error)

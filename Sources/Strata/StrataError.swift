@@ -24,7 +24,7 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
             case fieldNotFound, typeMismatch, missingField, nullNotAllowed, invalidKey
             case duplicateKey, rowNotFound, invalidOperation
             case corruptRecord, formatVersion, storage, io, malformedInput, dataVersionMismatch
-            case compacted, diskFull, busy, closed, invalidValue
+            case compacted, diskFull, busy, closed, invalidValue, notAStore
         }
         fileprivate let kind: Kind
         private init(_ kind: Kind) { self.kind = kind }
@@ -76,6 +76,10 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         public static let closed = Code(.closed)
         /// A value the store does not hold: a double or a timestamp that is NaN or infinite.
         public static let invalidValue = Code(.invalidValue)
+        /// The folder holds a `data.mdb` that is not a Strata store: an empty file, another
+        /// program's LMDB database, a file whose header is damaged. It was refused and left
+        /// untouched; Strata creates a store only where no `data.mdb` exists.
+        public static let notAStore = Code(.notAStore)
 
         public var description: String { kind.rawValue }
     }

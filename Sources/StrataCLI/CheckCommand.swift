@@ -92,6 +92,16 @@ enum PageCheck {
         guard FileManager.default.fileExists(atPath: path + "/data.mdb") else {
             throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
         }
+        // An empty data.mdb is no store to walk, and the child's LMDB would create a lock file
+        // beside it.
+        try Store.refuseEmptyDataFile(in: path)
+        // The child's LMDB creates lock.mdb when it is missing; a check leaves the folder as it
+        // found it.
+        let hadLockFile = FileManager.default.fileExists(atPath: path + "/lock.mdb")
+        defer { if !hadLockFile { Store.removeUnusedLockFile(in: path) } }
+        // Made with its blocks allocated: on a full disk, LMDB's own would be a SIGBUS in the
+        // child, reported as damage.
+        try Store.allocateLockFile(in: path)
         var report = PageCheckReport()
         var from = 0
         while true {

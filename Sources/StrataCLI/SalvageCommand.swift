@@ -35,6 +35,7 @@ struct SalvageCommand: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
+            try Store.refuseEmptyDataFile(in: damaged)
             let report = try Store.salvage(from: damaged, into: destination)
             if output.json {
                 try printJSON(Report(

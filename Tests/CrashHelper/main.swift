@@ -26,6 +26,12 @@ import StrataSync
 //     Creates a property bag "bag" with one pending row of <fields> fields (for measuring
 //     `strata export` and `strata pending` on a wide row), prints "OK".
 
+//
+//   strata-crash-helper open <store> <create|existing>
+//     Waits for a line on standard input (so that a test can start many at once), then opens the
+//     store with `createIfMissing` true or false, and prints "ID <client id>" or
+//     "E <error code> <message>".
+
 let arguments = CommandLine.arguments
 func usage() -> Never {
     FileHandle.standardError.write(Data("usage: strata-crash-helper <store> <full|noMetaSync|noSync> <seed> [<file size limit>] | read-and-wait <store> <max readers> | check-readers <store> <max readers>\n".utf8))
@@ -51,6 +57,19 @@ if arguments.count == 4, arguments[1] == "read-and-wait" || arguments[1] == "che
         say("R")
         while true { sleep(60) }
     }
+}
+
+if arguments.count == 4, arguments[1] == "open" {
+    var options = StoreOptions()
+    options.createIfMissing = arguments[3] == "create"
+    _ = readLine()
+    do {
+        let store = try Store(path: arguments[2], options: options)
+        say("ID \(store.clientID)")
+    } catch {
+        say("E \(error.code) \(error.message)")
+    }
+    exit(0)
 }
 
 if arguments.count == 4, arguments[1] == "one-long-row", let total = Int(arguments[3]) {

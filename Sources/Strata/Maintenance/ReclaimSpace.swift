@@ -20,8 +20,24 @@ extension Store {
         guard FileManager.default.fileExists(atPath: data) else {
             throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
         }
+        // Never rewrite a file that is not a Strata store (see `StoreFiles`).
+        let found = StoreFiles.Before(path)
+        try StoreFiles.refuseEmptyDataFile(in: path)
         let fd = try lockFolder(path, exclusive: true)
-        defer { closeDescriptor(fd) }
+        do {
+            let result = try reclaimSpace(at: path, locked: ())
+            closeDescriptor(fd)
+            return result
+        } catch {
+            closeDescriptor(fd)
+            if (error as? StrataError)?.code == .notAStore { StoreFiles.removeCreatedLockFiles(in: path, before: found) }
+            throw error
+        }
+    }
+
+    /// ``reclaimSpace(at:)`` with the folder locked exclusively.
+    private static func reclaimSpace(at path: String, locked: Void) throws -> (before: Int, after: Int) {
+        let data = path + "/data.mdb"
         FileSizeSignal.ignore()
         let scratch = path + "/reclaim.tmp"
         // A leftover from a reclaim that crashed before its rename: the store itself is intact.
@@ -36,7 +52,19 @@ extension Store {
             options.maxDatabases = 16
             options.mapSize = max(before, 1 << 20)
             // Scoped so the environment is closed before its file is replaced.
-            try Environment(path: path, options: options).copy(to: scratch, compact: true)
+            let env: Environment
+            do {
+                env = try Environment(path: path, options: options)
+            } catch let error as LMDBError where error.code == LMDBError.invalid || error.code == LMDBError.versionMismatch {
+                throw StrataError(.notAStore, StoreFiles.notAStoreMessage(path, "its data.mdb is not an LMDB file of a version this Strata reads (\(error.message))"), cause: error)
+            }
+            defer { env.close() }
+            switch try StoreCore.inspect(env, path: path) {
+            case .strata: break
+            case .fresh: throw StrataError(.notAStore, StoreFiles.notAStoreMessage(path, "its data.mdb is an empty LMDB environment, not a store"))
+            case .foreign(let found): throw StrataError(.notAStore, StoreFiles.notAStoreMessage(path, found))
+            }
+            try env.copy(to: scratch, compact: true)
         }
         try syncFile(scratch + "/data.mdb")
         guard rename(scratch + "/data.mdb", data) == 0 else {
@@ -102,6 +130,9 @@ extension Store {
         guard FileManager.default.fileExists(atPath: path + "/data.mdb") else {
             throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
         }
+        // Every open of a store creates strata.lock: without one, no Store has it open (and a
+        // check must not leave one in a folder that may hold no store).
+        guard FileManager.default.fileExists(atPath: path + "/strata.lock") else { return }
         closeDescriptor(try lockFolder(path, exclusive: true))
     }
 }
