@@ -132,18 +132,19 @@ enum StoreFiles {
     }
 }
 
+// `package`, not public: only the strata CLI opens a store's files with LMDB directly.
 extension Store {
     /// Throws ``StrataError/Code/notAStore`` when the `data.mdb` in `folder` is empty (0 bytes)
     /// and no LMDB process is creating it. For tools that open a store's files with LMDB
     /// directly (`strata check`): LMDB would take such a file for a new environment.
-    public static func refuseEmptyDataFile(in folder: String) throws(StrataError) {
+    package static func refuseEmptyDataFile(in folder: String) throws(StrataError) {
         try StoreFiles.refuseEmptyDataFile(in: folder)
     }
 
     /// Removes `lock.mdb` from `folder` unless a process has the environment there open. For
     /// tools that open a folder's files with LMDB directly and must leave the folder as they
     /// found it (`strata check` on a folder that had no lock file).
-    public static func removeUnusedLockFile(in folder: String) {
+    package static func removeUnusedLockFile(in folder: String) {
         if !StoreFiles.lmdbLockIsHeld(in: folder) { unlink(folder + "/lock.mdb") }
     }
 
@@ -151,7 +152,7 @@ extension Store {
     /// folder is writable, so that LMDB opening the folder on a full disk fails with
     /// ``StrataError/Code/diskFull`` instead of dying of SIGBUS. For tools that open a folder's
     /// files with LMDB directly (`strata check`); ``Store/init(path:options:)`` does it itself.
-    public static func allocateLockFile(in folder: String, maxReaders: UInt32 = 126) throws(StrataError) {
+    package static func allocateLockFile(in folder: String, maxReaders: UInt32 = 126) throws(StrataError) {
         try StoreFiles.allocateLockFile(in: folder, readers: maxReaders)
     }
 }
