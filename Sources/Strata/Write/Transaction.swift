@@ -325,11 +325,15 @@ public final class Transaction {
         newValues.sort { $0.id < $1.id }
         // Compare with the stored entries; any dirty one means the row is pending after all.
         var replaced: [(id: Int, old: Range<Int>?, new: Range<Int>)] = []
+        // Fields with a stored value or a new one: a required field with neither takes its
+        // default in `setRowState`, which this shortcut leaves to the full merge.
+        var valued = Set<Int>(newValues.lazy.map(\.id))
         var r = ByteReader(old, offset: h.entriesStart)
         var e = try r.nextEntry()
         var i = 0
         while e != nil || i < newValues.count {
             if let x = e, x.isDirty { return .needsMerge }
+            if let x = e, !EditRules.same(UnsafeRawBufferPointer(rebasing: old[x.current]), EditRules.null) { valued.insert(x.id) }
             if let x = e, i == newValues.count || x.id < newValues[i].id {
                 e = try r.nextEntry()
                 continue
@@ -345,6 +349,10 @@ public final class Transaction {
                 EditRules.same(UnsafeRawBufferPointer(rebasing: v[n.range]), stored.map { UnsafeRawBufferPointer(rebasing: old[$0]) } ?? EditRules.null)
             }
             if !same { replaced.append((n.id, stored, n.range)) }
+        }
+        for (fid, def) in t.definitions.enumerated() {
+            guard let def, !def.isNullable, !t.isKeyField(fid), !t.dropped.contains(fid) else { continue }
+            if !valued.contains(fid) { return .needsMerge }
         }
         guard !replaced.isEmpty else { return .unchanged }
         let changes = try valBuf.withUnsafeBytes { (v) throws(StrataError) in
