@@ -153,6 +153,8 @@ extension Store {
     private func fold(through horizon: UInt64, _ txn: ViewWriter) throws -> Int {
         var folded = 0
         var state = ByteWriter(capacity: 512)
+        // Folded operations leave the log for good: a damaged one must stop the compaction.
+        let checksumsFrom = try txn.reader.checksumsFrom(in: views)
         while true {
             // A chunk at a time, copied out, so that no cursor is open while the log shrinks.
             var chunk: [(lsn: UInt64, record: [UInt8])] = []
@@ -168,6 +170,7 @@ extension Store {
             if chunk.isEmpty { break }
             for (lsn, record) in chunk {
                 try withBytes(record) { (op) throws(StrataError) in
+                    try RecordChecksum.check(op, lsn: lsn, checksumsFrom: checksumsFrom)
                     let header = try OperationHeader(op)
                     let target = UnsafeRawBufferPointer(rebasing: op[header.target])
                     let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.base).map { Array($0) } }
