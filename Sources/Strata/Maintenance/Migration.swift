@@ -13,8 +13,8 @@ import LMDB
 /// | 3 | 4 | the views are checkpointed apart from the log: the `viewsLSN` meta key, set to the log's end. |
 /// | 4 | 5 | checksums: operations are written in operation format 3, with a CRC-32C. The operations already in the log (formats 1 and 2) are not rewritten and stay valid without one; the `checksumsFrom` meta key, set to the LSN after the last operation, says from where on every operation must carry one. |
 ///
-/// Operation records keep their own format byte (``RecordFormat``), checked as each is read;
-/// a step that changed the record format would rewrite the log here.
+/// Operation records keep their own format byte (``RecordFormat``), checked as each is read,
+/// so a step that changes the record format need not rewrite the log (4 → 5 does not).
 enum Migration {
     static func upgrade(from version: UInt64, _ txn: LMDB.WriteTransaction, _ views: Views, path: String) throws(StrataError) {
         var v = version
