@@ -156,4 +156,21 @@ import Testing
             #expect(error.code == .corruptRecord && error.message.contains("LSN 14"), "\(error)")
         }
     }
+
+    /// Compaction folds operations into the base snapshot and deletes them: a damaged one stops
+    /// it, named, and the store is left as it was.
+    @Test func compactionRefusesADamagedOperation() throws {
+        try withClosedStore { path in
+            // LSN 4 inserted task 4, acknowledged at LSN 8: foldable (nothing pending before 9).
+            let (offset, record) = try locate(path, lsn: 4)
+            try flip(path, at: offset + record.count / 2, bit: 5)
+            let before = try fileBytes(path)
+            let store = try Store(path: path)
+            defer { store.close() }
+            let error = try #require(throws: StrataError.self) { try store.compact(retaining: .operations(0)) }
+            #expect(error.code == .corruptRecord && error.message.contains("LSN 4"), "\(error)")
+            #expect(try fileBytes(path) == before)
+            #expect(try store.read { try $0.horizon } == 0)
+        }
+    }
 }

@@ -119,12 +119,16 @@ extension Store {
 
     /// The LSN of the first operation after `lsn` whose timestamp is after `cutoff` (µs).
     private func firstOperation(after lsn: UInt64, newerThan cutoff: UInt64, _ reader: ViewReader) throws -> UInt64? {
-        try reader.scan(views.log) { c in
+        let checksumsFrom = try reader.checksumsFrom(in: views)
+        return try reader.scan(views.log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: (lsn + 1).bigEndian) { Array($0) })
             while let entry = e {
+                let at = try Counter.lsn(key: entry.key)
+                // A damaged timestamp must not choose the horizon.
+                try RecordChecksum.check(entry.value, lsn: at, checksumsFrom: checksumsFrom)
                 // Clocks can step back, so the first young operation ends the foldable prefix.
                 if try OperationHeader(entry.value).timestampMicros > cutoff {
-                    return try Counter.lsn(key: entry.key)
+                    return at
                 }
                 e = try c.next()
             }
