@@ -13,7 +13,7 @@ public struct Database: Sendable, Hashable {
     }
 }
 
-/// Flags for ``WriteTransaction/put(_:_:in:flags:)``.
+/// Flags for ``WriteTransaction/put(_:_:in:flags:)-([UInt8],_,_,_)``.
 public struct PutFlags: OptionSet, Sendable {
     public let rawValue: UInt32
     public init(rawValue: UInt32) { self.rawValue = rawValue }

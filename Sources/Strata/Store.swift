@@ -72,7 +72,7 @@ public struct StoreOptions: Sendable {
 /// ```
 ///
 /// - **Writes** run one at a time (LMDB's single writer), each an atomic transaction that appends
-///   to the log and updates every view. A write closure is synchronous; see ``write(_:)``.
+///   to the log and updates every view. A write closure is synchronous; see ``write(_:)-2j629``.
 /// - **Reads** are MVCC snapshots that never block the writer, any number at once, from any
 ///   thread or process.
 /// - `Store` is `Sendable`; transactions and snapshots are not and never leave their closure.
@@ -215,8 +215,8 @@ public final class Store: Sendable {
 
     // MARK: Transactions
 
-    /// How many times a ``write(_:)`` closure ran again because the map had to grow, since the
-    /// store was opened (see ``write(_:)``).
+    /// How many times a ``write(_:)-2j629`` closure ran again because the map had to grow, since the
+    /// store was opened (see ``write(_:)-2j629``).
     public var writeReruns: Int { env.writeReruns }
 
     /// Runs `body` in one write transaction and commits it when `body` returns.

@@ -61,10 +61,10 @@ extension Store {
     /// history and time travel after the horizon are unchanged.
     ///
     /// - Rows, `pending`, indexes and views are not touched: they already are the fold of the
-    ///   whole log. ``rebuild(progress:)``, ``verify(progress:)`` and ``replay(into:through:)``
+    ///   whole log. ``rebuild(progress:)``, ``verify(progress:)`` and ``replay(into:through:progress:)``
     ///   start from the base snapshot.
     /// - ``Snapshot/history(_:key:)`` returns the operations after the horizon;
-    ///   ``Snapshot/row(_:key:asOf:includingDeleted:)`` and ``replay(into:through:)`` before it
+    ///   ``Snapshot/row(_:key:asOf:includingDeleted:)`` and ``replay(into:through:progress:)`` before it
     ///   throw ``StrataError/Code-swift.struct/compacted``.
     /// - The space the removed operations used is reused by later writes, so the file stops
     ///   growing; to shrink the file itself, call ``Store/reclaimSpace(at:)`` with the store closed.

@@ -1,7 +1,7 @@
 import Foundation
 import LMDB
 
-/// A write transaction, lent by ``Store/write(_:)``. It never leaves that closure.
+/// A write transaction, lent by ``Store/write(_:)-2j629``. It never leaves that closure.
 ///
 /// Each edit validates its input completely before writing anything, then appends one operation
 /// to the log and updates the views. An edit that fails throws a ``StrataError`` and leaves the

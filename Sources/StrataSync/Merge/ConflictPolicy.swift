@@ -4,7 +4,7 @@ import Strata
 /// How a merge settles a conflict: a field (or a whole row) changed both on this device and on
 /// the server, to different results, since the server last confirmed it.
 ///
-/// Choose one per ``SyncClient`` (the default), per table, and per ``SyncClient/merge(_:policy:)``
+/// Choose one per ``SyncClient`` (the default), per table, and per ``SyncClient/merge(_:policy:dryRun:)``
 /// call; the most specific wins.
 public enum ConflictPolicy: Sendable {
     /// The server's values replace the local ones. The local values stay in the audit record.

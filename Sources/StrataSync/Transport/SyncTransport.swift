@@ -109,11 +109,16 @@ extension SyncClient {
     /// ``ClientResetPolicy/fail`` the error is thrown instead and nothing is changed.
     ///
     /// - Parameters:
+    ///   - transport: the server connection: ``SyncTransport/pull(since:)`` and ``SyncTransport/push(_:)``.
+    ///   - maxAttempts: how many times a failing transport call is tried before its error is thrown.
+    ///   - backoff: the wait before the first retry; it doubles with each further attempt.
     ///   - maxBatchRows: the most rows in one upload batch (default 500).
     ///   - maxBatchBytes: the most bytes of changes in one upload batch (default 1 MiB); a single
     ///     larger row still goes, alone.
+    ///   - onReset: what to do with unsynced local edits when the server asks for a client reset.
+    ///   - progress: called as each phase advances (per phase and table: total, processed, remaining).
     /// - Throws: the transport's error after `maxAttempts`; ``ResetRequired`` with `.fail`, or
-    ///   when the server asks again right after a reset; ``StrataError`` from merging or batching.
+    ///   when the server asks again right after a reset; `StrataError` from merging or batching.
     public func sync(
         with transport: some SyncTransport, maxAttempts: Int = 5, backoff: Duration = .milliseconds(50),
         maxBatchRows: Int = 500, maxBatchBytes: Int = 1 << 20, onReset: ClientResetPolicy = .keepLocalChanges,
