@@ -93,7 +93,7 @@ public final class Environment: @unchecked Sendable {
     // `resizeLock` held exclusively and read under it held shared.
 
     /// The raw `MDB_env*`, for code that needs an `mdb_*` call this wrapper does not offer.
-    public let handle: OpaquePointer
+    package let handle: OpaquePointer
     /// The folder the environment lives in.
     public let path: String
     /// The options it was opened with.
@@ -390,7 +390,7 @@ public final class Environment: @unchecked Sendable {
     /// environment — lies in, or `nil` when it is not in the map (a write transaction's dirty
     /// page) or the map's address is unknown (see ``LMDBError/valueOutsideFile``). For reports
     /// that say where in the file something is.
-    public func page(of pointer: UnsafeRawPointer) -> Int? {
+    package func page(of pointer: UnsafeRawPointer) -> Int? {
         let p = UInt(bitPattern: pointer)
         guard bounds.base != 0, p >= bounds.base, p - bounds.base < bounds.mapSize else { return nil }
         return Int((p - bounds.base) / UInt(pageSize))

@@ -41,7 +41,7 @@ func bytes(_ val: MDB_val) -> UnsafeRawBufferPointer {
 
 /// Lends the bytes of `array` to `body`, keeping `body`'s typed error.
 @inlinable
-public func withBytes<R, E: Error>(_ array: [UInt8], _ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+package func withBytes<R, E: Error>(_ array: [UInt8], _ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
     let result: Result<R, E> = array.withUnsafeBytes { b in Result { () throws(E) in try body(b) } }
     return try result.get()
 }

@@ -398,7 +398,7 @@ public final class Store: Sendable {
     /// `folder` is (nearly) full or the process's file size limit is (nearly) reached; `error`
     /// otherwise. For writes to a store other than a `Store`'s own — a scratch store of
     /// ``verify(progress:)`` in the temporary folder, the new store of ``replay(into:through:progress:)``.
-    public static func diagnosingDiskFull(_ error: StrataError, writingIn folder: String) -> StrataError {
+    package static func diagnosingDiskFull(_ error: StrataError, writingIn folder: String) -> StrataError {
         let path = folder
         guard let cause = error.cause as? LMDBError, cause.code == EIO else { return error }
         let slack: UInt64 = 1 << 20

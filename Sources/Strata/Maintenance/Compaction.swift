@@ -7,8 +7,8 @@ import LMDB
 /// Whatever the limits, compaction never folds
 /// - an operation at or after the oldest pending row's first pending operation (local edits not
 ///   yet acknowledged, conflicts, rows set aside), nor
-/// - an operation after a log pin (``Transaction/pinLog(_:after:)``; the sync client pins the
-///   operations made while an upload batch is in flight).
+/// - an operation after a log pin (the sync client of `StrataSync` pins the operations made
+///   while an upload batch is in flight; ``Snapshot/logPins`` lists the pins).
 ///
 /// `Retention()` sets no limit: everything that may be folded is.
 public struct Retention: Sendable, Hashable {
@@ -229,12 +229,12 @@ extension Transaction {
     ///
     /// For code that will read a stretch of history later: the sync client pins the operations
     /// made while an upload batch is in flight, since its acknowledgement must see them.
-    public func pinLog(_ name: String, after lsn: UInt64) throws {
+    package func pinLog(_ name: String, after lsn: UInt64) throws {
         try txn.setMeta(MetaKey.pinPrefix + name, lsn, in: views)
     }
 
     /// Removes the log pin `name`; nothing happens when there is none.
-    public func unpinLog(_ name: String) throws {
+    package func unpinLog(_ name: String) throws {
         let txn = try self.txn
         try lmdb { () throws(LMDBError) in try txn.delete(Array((MetaKey.pinPrefix + name).utf8), in: views.meta) }
     }
@@ -247,8 +247,9 @@ extension Snapshot {
         get throws { try txn.horizon(in: views) }
     }
 
-    /// The log pins (see ``Transaction/pinLog(_:after:)``): name → LSN after which compaction
-    /// keeps every operation.
+    /// The log pins: name → LSN after which compaction keeps every operation. `StrataSync`
+    /// sets one while an upload batch is in flight, since its acknowledgement must see the
+    /// operations merged meanwhile.
     public var logPins: [String: UInt64] {
         get throws {
             var pins: [String: UInt64] = [:]

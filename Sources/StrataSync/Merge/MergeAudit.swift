@@ -1,4 +1,4 @@
-import Strata
+@_spi(ValueCoding) import Strata
 
 /// The audit record a merge writes with each server operation: what the server sent, what was
 /// local, and what was chosen. Read it back from a `LogEntry` with ``init(_:)``.
