@@ -41,16 +41,23 @@ public struct EnvironmentOptions: Sendable {
     /// The permissions of newly created files.
     public var fileMode: mode_t = 0o644
 
+    /// The defaults: a 64 MiB map, 32 named databases, 126 readers, full sync, read-write, with locking.
     public init() {}
 }
 
 /// Statistics of a database or of the whole environment (`MDB_stat`).
 public struct DatabaseStats: Sendable, Hashable {
+    /// The size of a database page in bytes (`ms_psize`).
     public var pageSize: Int
+    /// The depth of the B-tree (`ms_depth`).
     public var depth: Int
+    /// Internal (non-leaf) pages (`ms_branch_pages`).
     public var branchPages: Int
+    /// Leaf pages (`ms_leaf_pages`).
     public var leafPages: Int
+    /// Overflow pages, which hold large values (`ms_overflow_pages`).
     public var overflowPages: Int
+    /// Entries (`ms_entries`).
     public var entries: Int
 
     init(_ s: MDB_stat) {

@@ -56,6 +56,7 @@ public struct StoreOptions: Sendable {
     /// read. Default: 64 MiB.
     public var overlayBudget: Int = 64 << 20
 
+    /// The defaults: full durability, a 64 MiB initial map, 126 readers, stores created when missing.
     public init() {}
 }
 

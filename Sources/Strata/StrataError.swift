@@ -91,6 +91,7 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
     /// The underlying error, such as an `LMDBError`.
     public let cause: (any Error & Sendable)?
 
+    /// An error of kind `code`, with a message that says what was wrong and the error that caused it, if any.
     public init(_ code: Code, _ message: String, cause: (any Error & Sendable)? = nil) {
         self.code = code
         self.message = message

@@ -10,6 +10,7 @@ import Strata
 /// for c in try sync.conflicts() { try sync.resolve(c.table, key: c.key, with: .local) }
 /// ```
 public final class SyncClient: Sendable {
+    /// The store this client syncs.
     public let store: Store
     /// The policy for tables without one of their own.
     public let policy: ConflictPolicy
@@ -26,6 +27,7 @@ public final class SyncClient: Sendable {
     /// merge does.
     let useCleanRowShortcut: Bool
 
+    /// A sync client for `store`: `policy` settles conflicts in tables without a policy of their own in `tablePolicies`; `associations` order uploads and follow server-assigned keys.
     public init(store: Store, policy: ConflictPolicy = .serverWins, tablePolicies: [String: ConflictPolicy] = [:], associations: [Association] = []) {
         self.store = store
         self.policy = policy
@@ -374,7 +376,9 @@ public final class SyncClient: Sendable {
 
 /// A row holding a conflict the app has not resolved.
 public struct UnresolvedConflict: Sendable, Hashable {
+    /// The row's table.
     public let table: String
+    /// The row's primary key.
     public let key: RowKey
     /// The fields in conflict: changed by the server and by this device to different values
     /// (for a delete conflict: the fields the surviving side changed). Only these are decided

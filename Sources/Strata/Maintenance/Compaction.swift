@@ -19,6 +19,7 @@ public struct Retention: Sendable, Hashable {
     /// Keep every operation after this LSN.
     public var after: UInt64?
 
+    /// A retention of the given limits; each limit left `nil` keeps nothing by itself.
     public init(operations: Int? = nil, age: TimeInterval? = nil, after: UInt64? = nil) {
         self.operations = operations
         self.age = age
@@ -39,6 +40,7 @@ public struct CompactionReport: Sendable, Hashable, CustomStringConvertible {
     public let foldedOperations: Int
     /// The horizon before and after: every operation up to it lives only in the base snapshot.
     public let previousHorizon: UInt64
+    /// The horizon after this compaction.
     public let horizon: UInt64
     /// Operations left in the log.
     public let remainingOperations: Int

@@ -5,13 +5,17 @@ import Strata
 public struct AckReport: Sendable, Hashable {
     /// The ack repeated one already applied, and was ignored.
     public var duplicate = false
+    /// Rows the server applied; their sent values became the originals.
     public var acknowledged = 0
     /// Rows the server reported in conflict: pull and merge, then they go up again.
     public var conflicts = 0
     /// Rows left pending to be sent again (`retry`, `recreate`).
     public var retried = 0
+    /// Refused inserts removed locally (`drop`).
     public var dropped = 0
+    /// Refused updates returned to the server's values (`rollback`).
     public var rolledBack = 0
+    /// Refused rows set aside until the app retries or discards them (`setAside`).
     public var setAside = 0
     /// Rows whose client key the server replaced.
     public var rekeyed = 0

@@ -48,8 +48,11 @@ public struct Conflict: Sendable, Hashable {
         case localDeleteServerUpdate = 4
     }
 
+    /// The row's table.
     public let table: String
+    /// The row's primary key.
     public let key: RowKey
+    /// What collided.
     public let kind: Kind
     /// The fields that differ (for a delete conflict, every field the surviving side has).
     public let fields: [String]

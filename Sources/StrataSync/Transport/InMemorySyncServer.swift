@@ -30,6 +30,7 @@ public final class InMemorySyncServer: SyncTransport {
     /// the server's own.
     public let decide: (@Sendable (RowChange) -> RowResult?)?
 
+    /// An empty server; `keyFields` names each table's key fields, `decide` lets a test answer rows itself.
     public init(keyFields: [String: [String]] = [:], decide: (@Sendable (RowChange) -> RowResult?)? = nil) {
         self.keyFields = keyFields
         self.decide = decide
@@ -77,7 +78,9 @@ public final class InMemorySyncServer: SyncTransport {
 
     /// A transport to an ``InMemorySyncServer`` for one client id (see ``InMemorySyncServer/forget(client:)``).
     public struct Client: SyncTransport {
+        /// The server this transport talks to.
         public let server: InMemorySyncServer
+        /// The client id it pulls and pushes as.
         public let id: String
 
         public func pull(since anchor: String?) async throws -> ServerDelta {

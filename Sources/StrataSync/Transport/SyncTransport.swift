@@ -30,6 +30,7 @@ public struct ResetRequired: Error, Sendable, Hashable, CustomStringConvertible 
     /// The server's own words, for logs.
     public var message: String
 
+    /// A reset request for `reason`, with the server's message.
     public init(_ reason: Reason, message: String = "") {
         self.reason = reason
         self.message = message
@@ -42,13 +43,34 @@ public struct ResetRequired: Error, Sendable, Hashable, CustomStringConvertible 
 
 /// Where a sync stands, for a progress bar.
 public struct SyncProgress: Sendable, Hashable {
-    public enum Phase: String, Sendable { case pull, merge, push }
-    public enum Status: String, Sendable { case inProgress, ok, error, complete }
+    /// A step of a sync round.
+    public enum Phase: String, Sendable {
+        /// Fetching the delta since the stored anchor.
+        case pull
+        /// Merging it into the store.
+        case merge
+        /// Uploading batches and applying their acknowledgements.
+        case push
+    }
+    /// Where a phase stands.
+    public enum Status: String, Sendable {
+        /// Under way; the counts say how far.
+        case inProgress
+        /// The pull or the merge finished.
+        case ok
+        /// A transport call failed; it is retried, or its error is thrown.
+        case error
+        /// Every batch was uploaded and acknowledged.
+        case complete
+    }
 
+    /// The phase this report is about.
     public var phase: Phase
+    /// Where the phase stands.
     public var status: Status
     /// Per table: rows to process in this phase, and rows processed so far.
     public var total: [String: Int] = [:]
+    /// Per table: rows processed so far in this phase.
     public var processed: [String: Int] = [:]
 
     /// Rows still to process, per table.
@@ -82,8 +104,11 @@ public struct ClientResetReport: Sendable {
 
 /// What a ``SyncClient/sync(with:maxAttempts:backoff:maxBatchRows:maxBatchBytes:onReset:progress:)`` call did.
 public struct SyncReport: Sendable {
+    /// What the pull's merge did (empty after a client reset: see ``reset``).
     public var merge = MergeReport()
+    /// Batches uploaded and acknowledged.
     public var batches = 0
+    /// What each acknowledgement did, in upload order.
     public var acks: [AckReport] = []
     /// Transport calls that failed and were tried again.
     public var retries = 0
