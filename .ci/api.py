@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-MODULES = ["Strata", "StrataSync", "LMDB", "StrataWorkload"]
+MODULES = ["Strata", "StrataSync", "StrataTesting", "LMDB", "StrataWorkload"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

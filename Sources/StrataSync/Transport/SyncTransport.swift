@@ -2,7 +2,7 @@ import Foundation
 import Strata
 
 /// How a client reaches its server. The transport is the app's (HTTP, WebSocket, …); Strata
-/// ships ``InMemorySyncServer`` for tests and examples.
+/// ships `InMemorySyncServer` (in the `StrataTesting` product) for tests and examples.
 public protocol SyncTransport: Sendable {
     /// The changes since `anchor` (`nil`: everything).
     func pull(since anchor: String?) async throws -> ServerDelta
