@@ -8,7 +8,7 @@ import Strata
 ///
 /// ```swift
 /// @Test func aTaskCanBeAdded() throws {
-///     try withTemporaryStore(tables: [.fixed("tasks", fields: [.int("id"), .string("title")])]) { store in
+///     try withTemporaryStore(tables: [.fixed("tasks", fields: [.int("id"), .string("title")])]) { store, _ in
 ///         try store.write { try $0.insert("tasks", ["id": 1, "title": "Buy milk"]) }
 ///         #expect(try store.read { try $0.count("tasks") } == 1)
 ///     }

@@ -52,3 +52,23 @@ struct TemporaryStoreTests {
         #expect(!FileManager.default.fileExists(atPath: folder))
     }
 }
+
+/// The examples of StrataTesting's documentation, as written there.
+struct StrataTestingDocExamples {
+    @Test func aTaskCanBeAdded() throws {
+        try withTemporaryStore(tables: [.fixed("tasks", fields: [.int("id"), .string("title")])]) { store, _ in
+            try store.write { try $0.insert("tasks", ["id": 1, "title": "Buy milk"]) }
+            #expect(try store.read { try $0.count("tasks") } == 1)
+        }
+    }
+
+    @Test func theLandingPageExampleSyncs() async throws {
+        let server = InMemorySyncServer()
+        try await withTemporaryStore(tables: [tasks]) { store, _ in
+            try await store.write { try $0.insert("tasks", ["id": 1, "title": "Buy milk"]) }
+            _ = try await SyncClient(store: store).sync(with: server)
+        }
+        let pulled = try await server.pull(since: nil)
+        #expect(pulled.tables.flatMap(\.upserts).map { $0.fields["title"] } == ["Buy milk"])
+    }
+}
