@@ -92,7 +92,7 @@ struct VerifyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",
         abstract: "Rebuild the views from the log in a scratch store and compare them with the live ones.",
-        discussion: "Reads every page first, in a child process, as `strata check` does (exit 3 when that crashes LMDB). Exits with status 1 and names the differing rows when they differ.\nExample:\n  strata verify store && echo consistent"
+        discussion: "Reads every page first, in a child process, as `strata check` does (exit 3 when that crashes LMDB). Then checks every operation's checksum and folds the log: exits with status 1 and names each damaged operation by LSN, and the differing rows, when there are any.\nExample:\n  strata verify store && echo consistent"
     )
     @OptionGroup var target: StoreArgument
     @OptionGroup var output: OutputOptions
@@ -101,6 +101,10 @@ struct VerifyCommand: ParsableCommand {
         var consistent: Bool
         var operations: Int
         var differences: [String]
+        /// Damaged operations (checksum), as `LSN n: reason`.
+        var damagedOperations: [String] = []
+        /// Operations written before checksums.
+        var operationsWithoutChecksum = 0
     }
 
     func run() throws {
@@ -130,7 +134,9 @@ struct VerifyCommand: ParsableCommand {
             }
             consistent = report.isConsistent
             if output.json {
-                try printJSON(Report(consistent: report.isConsistent, operations: report.operations, differences: report.differences.map(\.description)))
+                try printJSON(Report(
+                    consistent: report.isConsistent, operations: report.operations, differences: report.differences.map(\.description),
+                    damagedOperations: report.damagedOperations.map(\.description), operationsWithoutChecksum: report.operationsWithoutChecksum))
             } else {
                 print(report)
             }

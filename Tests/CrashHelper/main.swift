@@ -27,6 +27,12 @@ import StrataSync
 //     `strata export` and `strata pending` on a wide row), prints "OK".
 
 //
+//   strata-crash-helper group-writer <store> <seed> <threads>
+//     Writes from <threads> threads at once until killed, so commits form groups (group commit).
+//     Thread t's iteration i inserts 5 rows tagged (t, i) and sets t's counter row (id t) to i;
+//     about one closure in eight (chosen from the seed) then throws, its rows marked "doomed",
+//     and only that closure must roll back. After each successful write it prints "C <t> <i>".
+//
 //   strata-crash-helper open <store> <create|existing>
 //     Waits for a line on standard input (so that a test can start many at once), then opens the
 //     store with `createIfMissing` true or false, and prints "ID <client id>" or
@@ -70,6 +76,47 @@ if arguments.count == 4, arguments[1] == "open" {
         say("E \(error.code) \(error.message)")
     }
     exit(0)
+}
+
+if arguments.count == 5, arguments[1] == "group-writer", let seed = UInt64(arguments[3]), let threads = Int(arguments[4]) {
+    struct Planned: Error {}
+    let store = try Store(path: arguments[2])
+    try store.createTable(.fixed("group", fields: [.int("id"), .int("thread"), .int("iteration"), .string("payload")]))
+    try store.write { tx in
+        for t in 0..<threads where try tx.row("group", key: RowKey(.int(Int64(t)))) == nil {
+            try tx.insert("group", ["id": .int(Int64(t)), "thread": .int(Int64(t)), "iteration": 0, "payload": ""])
+        }
+    }
+    for t in 0..<threads {
+        Thread {
+            var i = Int(try! store.read { try $0.row("group", key: RowKey(.int(Int64(t))))?["iteration"].intValue ?? 0 })
+            var rng = seed ^ UInt64(t + 1) &* 0x9E37_79B9_7F4A_7C15
+            while true {
+                i += 1
+                rng = rng &* 6364136223846793005 &+ 1442695040888963407
+                // About one closure in eight throws after editing: its rows say so, and must
+                // never be seen after a rollback (the next attempt reuses their keys).
+                let fails = rng >> 61 == 0
+                do {
+                    try store.write { tx in
+                        for part in 0..<5 {
+                            try tx.insert("group", ["id": .int(Int64(1_000_000 + t * 100_000 + i * 10 + part)), "thread": .int(Int64(t)),
+                                                    "iteration": .int(Int64(i)), "payload": .string(fails ? "doomed" : String(repeating: "g", count: 200 * part))])
+                        }
+                        try tx.update("group", key: RowKey(.int(Int64(t))), ["iteration": .int(Int64(i))])
+                        if fails { throw Planned() }
+                    }
+                    say("C \(t) \(i)")
+                } catch is Planned {
+                    i -= 1
+                } catch {
+                    say("E \(error)")
+                    exit(1)
+                }
+            }
+        }.start()
+    }
+    while true { sleep(60) }
 }
 
 if arguments.count == 4, arguments[1] == "one-long-row", let total = Int(arguments[3]) {

@@ -79,6 +79,75 @@ import Darwin
             lastCommitted = counter
         }
     }
+
+    /// Four threads write at once, so their closures commit in groups (one LMDB transaction, one
+    /// fsync each), and the process is killed mid-stream: every closure a thread saw commit is
+    /// there whole, no closure is half there, and no closure that threw (and rolled back inside
+    /// its group) left a trace.
+    @Test func aWriterKilledDuringGroupCommitsLosesNoCommittedClosureAndKeepsNoRolledBackOne() throws {
+        let seed = ProcessInfo.processInfo.environment["STRATA_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...UInt64.max)
+        print("killedGroupWriter: seed \(seed) (replay with STRATA_SEED=\(seed))")
+        var g = SplitMix64(seed: seed)
+        let threads = 4
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-group-crash-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        var last = [Int](repeating: 0, count: threads)
+        for round in 0..<4 {
+            let process = Process()
+            process.executableURL = try Self.helper()
+            process.arguments = ["group-writer", path, String(g.next()), String(threads)]
+            let out = Pipe()
+            process.standardOutput = out
+            let output = Locked(Data())
+            out.fileHandleForReading.readabilityHandler = { h in
+                let chunk = h.availableData
+                output.withLock { $0.append(chunk) }
+            }
+            try process.run()
+            // Waits until every thread has committed (so groups form), then a random moment more.
+            let deadline = ContinuousClock.now + .seconds(120)
+            func reported() -> [Int] {
+                var r = last
+                for line in String(decoding: output.withLock { $0 }, as: UTF8.self).split(separator: "\n") {
+                    let f = line.split(separator: " ")
+                    if f.count == 3, f[0] == "C", let t = Int(f[1]), let i = Int(f[2]), t < threads { r[t] = max(r[t], i) }
+                }
+                return r
+            }
+            while ContinuousClock.now < deadline, process.isRunning, zip(reported(), last).contains(where: { $0 <= $1 }) { usleep(5_000) }
+            usleep(UInt32(20_000 + g.next() % 200_000))
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            out.fileHandleForReading.readabilityHandler = nil
+            output.withLock { $0.append(out.fileHandleForReading.readDataToEndOfFile()) }
+            #expect(process.terminationReason == .uncaughtSignal, "round \(round): the writer stopped by itself: \(String(decoding: output.withLock { $0 }, as: UTF8.self).suffix(300))")
+            let seen = reported()
+
+            let store = try Store(path: path)
+            let report = try store.verify()
+            #expect(report.isConsistent, "round \(round): \(report)")
+            let rows = try store.read { try $0.rows("group") }
+            var counters = [Int](repeating: -1, count: threads)
+            var parts: [[Int]: Int] = [:]
+            for row in rows {
+                let t = Int(row["thread"].intValue!), i = Int(row["iteration"].intValue!)
+                if row.key == RowKey(.int(Int64(t))) { counters[t] = i; continue }
+                #expect(row["payload"].stringValue != "doomed", "round \(round): a rolled-back closure of thread \(t) (iteration \(i)) is in the store")
+                parts[[t, i], default: 0] += 1
+            }
+            for t in 0..<threads {
+                // Everything a thread saw commit is there; it may have committed one more
+                // before it could print.
+                #expect(counters[t] >= seen[t] && counters[t] <= seen[t] + 1, "round \(round): thread \(t) counter \(counters[t]), reported \(seen[t])")
+                for i in stride(from: 1, through: counters[t], by: 1) {
+                    #expect(parts[[t, i]] == 5, "round \(round): thread \(t) iteration \(i) has \(parts[[t, i]] ?? 0) of its 5 rows")
+                }
+                #expect(!parts.keys.contains { $0[0] == t && $0[1] > counters[t] }, "round \(round): thread \(t) has rows past its counter")
+            }
+            last = counters
+            store.close()
+        }
+    }
 }
 
 @Suite struct TwoProcessTests {

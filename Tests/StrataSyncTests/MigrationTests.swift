@@ -17,6 +17,15 @@ import Testing
         }
     }
 
+    static func withFixture<R>(_ name: String, _ body: (String) throws -> R) throws -> R {
+        let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/\(name)/data.mdb")
+        return try withTemporaryFolder { path in
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: fixture.path, toPath: path + "/data.mdb")
+            return try body(path)
+        }
+    }
+
     static func format(_ path: String) throws -> UInt64? {
         let env = try Environment(path: path, options: { var o = EnvironmentOptions(); o.maxDatabases = 16; return o }())
         let meta = try env.write { try $0.openDatabase("meta") }
@@ -64,6 +73,53 @@ import Testing
             #expect(try store.verify().isConsistent)
             _ = try store.rebuild()
             #expect(try sync.conflicts().map(\.key) == [3])
+        }
+    }
+
+    /// The 4 → 5 migration, on a store written by format 4 (`Fixtures/format4-store`, see its
+    /// commit: tables tasks and people, 17 operations, task 1 in a deferred conflict on title,
+    /// task 3 a pending insert, task 4 a pending delete, people 1 and 2 with pending updates).
+    /// Its operations are not rewritten: they stay valid without a checksum; new ones carry one.
+    @Test func aFormat4StoreIsMigratedAndNewOperationsCarryChecksums() throws {
+        try Self.withFixture("format4-store") { path in
+            #expect(try Self.format(path) == 4)
+            let store = try Store(path: path)
+            defer { store.close() }
+            #expect(try Self.format(path) == 5)
+            let report = try store.verify()
+            #expect(report.isConsistent && report.damagedOperations.isEmpty && report.operations == 17)
+            #expect(report.operationsWithoutChecksum == 17)
+            #expect(report.description.contains("17 operation(s) from before log format 3 carry no checksum"), "\(report)")
+
+            // The same rows, pending states and conflict as format 4 wrote them.
+            func summary(_ table: String) throws -> [String] {
+                try store.read { s in
+                    try s.rows(table, includingDeleted: true).map { r in
+                        "\(r.key) " + r.fieldNames.sorted().map { "\($0)=\(r[$0])" }.joined(separator: ",") + (r.isPending ? " pending" : "")
+                    }
+                }
+            }
+            #expect(try summary("tasks") == [
+                "1 done=false,id=1,notes=\"2 litres\",priority=1,title=\"Buy oat milk\" pending",
+                "2 done=false,id=2,notes=null,priority=5,title=\"Call Ann\"",
+                "3 done=false,id=3,notes=\"weekly\",priority=0,title=\"Water plants\" pending",
+                "4 done=false,id=4,notes=null,priority=0,title=\"Old task\" pending",
+            ])
+            #expect(try summary("people") == ["1 age=40,id=1,name=\"Anne\" pending", "2 age=36,id=2,name=\"Bob\" pending"])
+            #expect(try store.read { try $0.pendingRows("tasks").map { "\($0.key) \($0.status)" } } == ["1 updated", "3 inserted", "4 deleted"])
+            let conflicts = try SyncClient(store: store).conflicts()
+            #expect(conflicts.map(\.key) == [1] && conflicts.first?.fields == ["title"])
+            #expect(conflicts.first?.server == ["title": "Buy soy milk"] && conflicts.first?.local == ["title": "Buy oat milk"])
+            #expect(try store.read { try $0.history("tasks", key: 1).map(\.lsn) } == [1, 6, 11, 15])
+
+            // A new edit is written with a checksum: verify counts it as checked (an operation
+            // after the migration without one would be reported damaged).
+            try store.write { tx in try tx.update("people", key: 2, ["age": 37]) }
+            let after = try store.verify()
+            #expect(after.isConsistent && after.operations == 18 && after.operationsWithoutChecksum == 17)
+            #expect(try store.read { try $0.history("people", key: 2).map(\.lsn) } == [5, 10, 14, 18])
+            _ = try store.rebuild()
+            #expect(try store.verify().isConsistent)
         }
     }
 }

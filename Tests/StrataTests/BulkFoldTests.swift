@@ -100,7 +100,11 @@ import Testing
                 // The previous LSN is the varint right after the target: 1, one byte.
                 #expect(record[header.target.upperBound] == 1)
                 record[header.target.upperBound] = 2
-                try txn.put(lsnKey, record, in: store.views.log)
+                // Resealed: the fold's chain check, not the checksum, is under test.
+                var sealed = ByteWriter()
+                sealed.append(record)
+                RecordChecksum.seal(&sealed)
+                try txn.put(lsnKey, sealed.bytes, in: store.views.log)
             }
             let e = #expect(throws: StrataError.self) { try store.verify() }
             #expect(e?.code == .corruptRecord && e?.message.contains("operation 3 follows LSN 2") == true, "\(String(describing: e))")

@@ -55,7 +55,9 @@ import Testing
                 let (lsn, op) = ops[Int(g.next() % UInt64(ops.count))]
                 let badKey = Self.mutate(key, &g)
                 let badRecord = Self.mutate(record, &g)
-                let badOp = Self.mutate(op, &g)
+                // Resealed, so that the decoder, not the checksum, meets the damage (as with a
+                // record written damaged, or a checksum collision).
+                let badOp = Self.resealed(Self.mutate(op, &g))
                 for attempt in 0..<4 {
                     do {
                         switch attempt {
@@ -70,7 +72,7 @@ import Testing
                                 try withBytes(badRecord) { (r) throws(StrataError) in try Row(table: t, rowsKey: k, record: r) }
                             }
                         case 2:
-                            _ = try withBytes(badOp) { (o) throws(StrataError) in try LogEntry(lsn: lsn, record: o, catalog: catalog) }
+                            _ = try withBytes(badOp) { (o) throws(StrataError) in try LogEntry(lsn: lsn, record: o, catalog: catalog, checksumsFrom: 1) }
                         default:
                             // Folding a damaged operation into a sound row (as rebuild would).
                             var out = ByteWriter()
@@ -87,6 +89,15 @@ import Testing
             }
             #expect(refused > 1000 && decoded > 100, "\(refused) refused, \(decoded) decoded")
         }
+    }
+
+    /// `record` with its checksum recomputed, when it has the size and format of one that has one.
+    static func resealed(_ record: [UInt8]) -> [UInt8] {
+        guard record.count > RecordFormat.checksumSize, record[0] == RecordFormat.checksummedFormat else { return record }
+        var w = ByteWriter()
+        w.append(record)
+        RecordChecksum.seal(&w)
+        return w.bytes
     }
 
     @Test func mutatedValuesNeverCrash() {
@@ -138,13 +149,15 @@ import Testing
     }
 
     /// A byte changed inside a stored value (a row's or an operation's copy of a title): the
-    /// views no longer equal the fold of the log, and `verify()` says so.
+    /// views no longer equal the fold of the log, and `verify()` says so — in the operation,
+    /// its checksum names it (LSN 18 inserted row 17).
     @Test func aChangedValueIsFoundByVerify() throws {
         try Self.withDamageableCopy { path, bytes in
             let marker = Array("MARKER-17-".utf8)
             let offsets = (0...(bytes.count - marker.count)).filter { bytes[$0..<$0 + marker.count].elementsEqual(marker) }
             // One copy in the `rows` record, one in the operation.
             #expect(offsets.count == 2)
+            var outcomes: [String] = []
             for offset in offsets {
                 var damaged = bytes
                 damaged[offset + marker.count + 3] ^= 0x01  // an "x" becomes a "y"
@@ -152,8 +165,12 @@ import Testing
                 let store = try Store(path: path)
                 let report = try store.verify()
                 #expect(!report.isConsistent)
-                #expect(report.differences.map(\.description) == ["rows: tasks 17 different"], "\(report)")
+                outcomes.append((report.damagedOperations.map(\.description) + report.differences.map(\.description)).joined(separator: "; "))
             }
+            #expect(outcomes.sorted() == [
+                "LSN 18: its checksum does not match its content",
+                "rows: tasks 17 different",
+            ], "\(outcomes)")
         }
     }
 }

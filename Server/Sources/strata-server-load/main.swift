@@ -25,12 +25,16 @@ struct LoadCommand: AsyncParsableCommand {
     @Option(help: "Concurrent clients.") var clients = 50
     @Option(help: "Changed rows per batch.") var rows = 100
     @Option(help: "Seconds of load after the warm-up.") var seconds = 20.0
+    @Option(help: ArgumentHelp(
+        "Pull after every Nth push; 0 never pulls.",
+        discussion: "Each pull returns every row the other clients changed since, so pulls serve about `clients` times the rows pushed; 0 measures the push path alone."))
+    var pullEvery = 1
     @Flag(help: "Print JSON.") var json = false
 
     struct Result: Encodable {
-        var clients, rowsPerBatch: Int
+        var clients, rowsPerBatch, pullEvery: Int
         var seconds: Double
-        var rowsApplied, pushes, pulls, conflicts, errors: Int
+        var rowsApplied, rowsPulled, pushes, pulls, conflicts, errors: Int
         var rowsPerSecond: Double
         var pushP50ms, pushP99ms, pullP50ms, pullP99ms: Double
         var cpuSecondsServer, cpuSecondsPostgres, cpuSecondsLoad: Double
@@ -39,7 +43,7 @@ struct LoadCommand: AsyncParsableCommand {
 
     /// What one client saw.
     struct Tally: Sendable {
-        var applied = 0, conflicts = 0, errors = 0
+        var applied = 0, pulled = 0, conflicts = 0, errors = 0
         var push: [Double] = [], pull: [Double] = []
     }
 
@@ -56,11 +60,12 @@ struct LoadCommand: AsyncParsableCommand {
         let cpuBefore = (server.cpuSeconds(), Server.postgresCPUSeconds(), Server.ownCPUSeconds())
         let start = ContinuousClock.now
         let deadline = start + .milliseconds(Int(seconds * 1000))
-        let rows = self.rows
+        let rows = self.rows, pullEvery = self.pullEvery
+        guard pullEvery >= 0 else { throw ValidationError("--pull-every must be 0 or more") }
         let tallies = try await withThrowingTaskGroup(of: Tally.self) { group in
             for (i, (id, token)) in zip(ids, tokens).enumerated() {
                 group.addTask {
-                    try await Self.client(index: i, id: id, token: token, server: server.url, rows: rows, until: deadline)
+                    try await Self.client(index: i, id: id, token: token, server: server.url, rows: rows, pullEvery: pullEvery, until: deadline)
                 }
             }
             return try await group.reduce(into: []) { $0.append($1) }
@@ -76,7 +81,7 @@ struct LoadCommand: AsyncParsableCommand {
         let push = tallies.flatMap(\.push), pull = tallies.flatMap(\.pull)
         let applied = tallies.reduce(0) { $0 + $1.applied }
         let result = Result(
-            clients: clients, rowsPerBatch: rows, seconds: elapsed, rowsApplied: applied, pushes: push.count, pulls: pull.count,
+            clients: clients, rowsPerBatch: rows, pullEvery: pullEvery, seconds: elapsed, rowsApplied: applied, rowsPulled: tallies.reduce(0) { $0 + $1.pulled }, pushes: push.count, pulls: pull.count,
             conflicts: tallies.reduce(0) { $0 + $1.conflicts }, errors: tallies.reduce(0) { $0 + $1.errors },
             rowsPerSecond: Double(applied) / elapsed,
             pushP50ms: pct(push, 0.5), pushP99ms: pct(push, 0.99), pullP50ms: pct(pull, 0.5), pullP99ms: pct(pull, 0.99),
@@ -87,8 +92,8 @@ struct LoadCommand: AsyncParsableCommand {
             e.outputFormatting = [.prettyPrinted, .sortedKeys]
             print(String(decoding: try e.encode(result), as: UTF8.self))
         } else {
-            print(String(format: "%d clients, %d rows a batch, %.1f s: %d rows applied, %.0f rows/s", clients, rows, elapsed, applied, result.rowsPerSecond))
-            print(String(format: "push: %d, p50 %.1f ms, p99 %.1f ms; pull: %d, p50 %.1f ms, p99 %.1f ms", push.count, result.pushP50ms, result.pushP99ms, pull.count, result.pullP50ms, result.pullP99ms))
+            print(String(format: "%d clients, %d rows a batch, a pull every %d pushes, %.1f s: %d rows applied, %.0f rows/s", clients, rows, pullEvery, elapsed, applied, result.rowsPerSecond))
+            print(String(format: "push: %d, p50 %.1f ms, p99 %.1f ms; pull: %d (%d rows), p50 %.1f ms, p99 %.1f ms", push.count, result.pushP50ms, result.pushP99ms, pull.count, result.rowsPulled, result.pullP50ms, result.pullP99ms))
             print("conflicts \(result.conflicts), errors \(result.errors)")
             print(String(format: "CPU seconds: server %.1f, postgres %.1f, load clients %.1f (of %.1f wall × %d cores)", cpu.0, cpu.1, cpu.2, elapsed, ProcessInfo.processInfo.activeProcessorCount))
             print("postgres: " + result.postgres.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
@@ -96,8 +101,9 @@ struct LoadCommand: AsyncParsableCommand {
     }
 
     /// One client: a first batch inserts its rows, each later batch updates all of them (naming
-    /// the values it last sent as originals); after each push it pulls what changed since.
-    static func client(index: Int, id: String, token: String, server: URL, rows: Int, until deadline: ContinuousClock.Instant) async throws -> Tally {
+    /// the values it last sent as originals); after every `pullEvery`th push it pulls what
+    /// changed since.
+    static func client(index: Int, id: String, token: String, server: URL, rows: Int, pullEvery: Int, until deadline: ContinuousClock.Instant) async throws -> Tally {
         let transport = HTTPSyncTransport(server: server, token: token, timeout: 60, pageSize: 5000)
         var tally = Tally()
         var anchor = try await transport.pull(since: nil).anchor
@@ -117,9 +123,13 @@ struct LoadCommand: AsyncParsableCommand {
                 tally.push.append((ContinuousClock.now - t0) / .seconds(1))
                 tally.applied += ack.results.filter { $0.status == .ok }.count
                 tally.conflicts += ack.results.filter { $0.status == .conflict }.count
-                let t1 = ContinuousClock.now
-                anchor = try await transport.pull(since: anchor).anchor
-                tally.pull.append((ContinuousClock.now - t1) / .seconds(1))
+                if pullEvery > 0 && number % UInt64(pullEvery) == 0 {
+                    let t1 = ContinuousClock.now
+                    let delta = try await transport.pull(since: anchor)
+                    anchor = delta.anchor
+                    tally.pulled += delta.tables.reduce(0) { $0 + $1.upserts.count + $1.deletes.count }
+                    tally.pull.append((ContinuousClock.now - t1) / .seconds(1))
+                }
             } catch {
                 tally.errors += 1
                 FileHandle.standardError.write(Data("\(id): \(error)\n".utf8))

@@ -149,18 +149,19 @@ struct Database: Sendable {
         func add(_ tbl: String, _ keyText: String, _ fieldsText: String, _ deleted: Bool, _ version: Int64, _ stamp: Double) throws {
             guard let table = tables[tbl] else { return }   // a table since dropped from the tables file
             let key = try WireFormat.decode([Value].self, from: Data(keyText.utf8))
-            var delta = byTable[tbl] ?? TableDelta(tbl)
+            // Appended in place: taking the delta out of the dictionary and putting it back
+            // copied its arrays for every row, quadratic in the page (the server's whole CPU
+            // under load, before).
             if deleted {
-                delta.deletes.append(RowKey(key))
+                byTable[tbl, default: TableDelta(tbl)].deletes.append(RowKey(key))
             } else {
                 var fields = try WireFormat.decode([String: Value].self, from: Data(fieldsText.utf8))
                 // Complete rows: a field without a value is listed as null, since a field left
                 // out of an upsert means "unchanged".
                 if !table.isPropertyBag { for f in table.fields where fields[f.name] == nil { fields[f.name] = .null } }
                 for (k, v) in zip(table.primaryKey, key) { fields[k] = v }
-                delta.upserts.append(ServerRow(fields, version: String(version), timestamp: Date(timeIntervalSince1970: stamp)))
+                byTable[tbl, default: TableDelta(tbl)].upserts.append(ServerRow(fields, version: String(version), timestamp: Date(timeIntervalSince1970: stamp)))
             }
-            byTable[tbl] = delta
         }
 
         if let since {

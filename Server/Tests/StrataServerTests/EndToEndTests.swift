@@ -158,6 +158,9 @@ struct EndToEndTests {
         let cluster = faults.restartPostgres ? try PostgresCluster() : nil
         let db = try TestDatabase(admin: cluster?.url ?? pgURL!)
         let servers = try (0..<faults.servers).map { _ in try ServerProcess(db) }
+        // Alive to the end: an optimized build may release an object after its last use, and
+        // these stop their server process (and drop the database, and the cluster) when released.
+        defer { withExtendedLifetime((cluster, db, servers)) {} }
         var model = Model()
         let policies: [ConflictPolicy] = [.serverWins, .clientWins, .lastWriterWins, .deferred]
         var clients: [Client] = []

@@ -18,6 +18,7 @@ struct ProtocolTests {
     @Test func refusedRequestsGetA4xxAndChangeNothing() async throws {
         let db = try TestDatabase()
         let server = try ServerProcess(db, arguments: ["--max-body", "4000"])
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
         let token = try db.token(for: "alice")
         let alice = HTTPSyncTransport(server: server.url, token: token)
         _ = try await alice.push(Self.batch("alice", 1, [Self.insert(1, "Buy milk")]))
@@ -57,6 +58,7 @@ struct ProtocolTests {
     @Test func tokensAreCheckedAndClientsPushOnlyAsThemselves() async throws {
         let db = try TestDatabase()
         let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
         let aliceToken = try db.token(for: "alice")
         _ = try db.token(for: "bob")
         _ = try await HTTPSyncTransport(server: server.url, token: aliceToken).push(Self.batch("alice", 1, [Self.insert(1, "a")]))
@@ -94,6 +96,7 @@ struct ProtocolTests {
     @Test func aBatchIsAppliedOnceEvenWhenItArrivesConcurrently() async throws {
         let db = try TestDatabase()
         let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
         let token = try db.token(for: "alice")
         let transport = HTTPSyncTransport(server: server.url, token: token)
         let batch = Self.batch("alice", 1, (1...50).map { Self.insert($0, "t\($0)") })
@@ -113,6 +116,7 @@ struct ProtocolTests {
     @Test func concurrencyIsCheckedPerField() async throws {
         let db = try TestDatabase()
         let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
         let a = HTTPSyncTransport(server: server.url, token: try db.token(for: "a"))
         let b = HTTPSyncTransport(server: server.url, token: try db.token(for: "b"))
         _ = try await a.push(Self.batch("a", 1, [RowChange(table: "tasks", key: 1, kind: .insert, values: ["id": 1, "title": "t", "priority": 1])]))
@@ -138,6 +142,7 @@ struct ProtocolTests {
     @Test func serverAssignedKeysReplaceClientKeys() async throws {
         let db = try TestDatabase()
         let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
         let a = HTTPSyncTransport(server: server.url, token: try db.token(for: "a"))
         let ack = try await a.push(Self.batch("a", 1, [
             Self.insert(7, "parent"),
@@ -153,6 +158,7 @@ struct ProtocolTests {
     @Test func aChildOfAMissingParentIsRefusedWithItsReasonAndAction() async throws {
         let db = try TestDatabase()
         let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
         let a = HTTPSyncTransport(server: server.url, token: try db.token(for: "a"))
         _ = try await a.push(Self.batch("a", 1, [Self.insert(1, "one"), Self.insert(2, "two")]))
         let before = try db.sql("SELECT tbl, key, fields, deleted FROM strata_rows ORDER BY 1, 2")
@@ -174,6 +180,7 @@ struct ProtocolTests {
     @Test func pagesAndResets() async throws {
         let db = try TestDatabase()
         let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
         let t = HTTPSyncTransport(server: server.url, token: try db.token(for: "a"), pageSize: 3)
         _ = try await t.push(Self.batch("a", 1, (1...10).map { Self.insert($0, "t\($0)") }))
         _ = try await t.push(Self.batch("a", 2, [RowChange(table: "tasks", key: 2, kind: .delete, originals: ["title": "t2"])]))

@@ -96,6 +96,10 @@ struct TestFailure: Error, CustomStringConvertible {
 }
 
 /// A `strata-server` process on a free loopback port, killed when the test is done with it.
+///
+/// Killed when released: a test keeps it (and its `TestDatabase`, dropped when released) alive
+/// with `withExtendedLifetime` to its end, since an optimized build may release an object right
+/// after its last use — a request still to be made to `server.url` would find no server.
 final class ServerProcess: @unchecked Sendable {   // used by one task at a time
     private(set) var process = Process()
     private let environment: [String: String]

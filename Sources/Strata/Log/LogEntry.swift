@@ -109,8 +109,10 @@ public struct LogEntry: Sendable, Hashable {
     /// merge decision); empty for local edits.
     public let annotation: [UInt8]
 
-    /// Decodes the operation stored at `lsn`.
-    init(lsn: UInt64, record: UnsafeRawBufferPointer, catalog: Catalog) throws(StrataError) {
+    /// Decodes the operation stored at `lsn`, after checking its checksum (see
+    /// ``RecordChecksum``; `checksumsFrom` is the first LSN that must carry one).
+    init(lsn: UInt64, record: UnsafeRawBufferPointer, catalog: Catalog, checksumsFrom: UInt64) throws(StrataError) {
+        try RecordChecksum.check(record, lsn: lsn, checksumsFrom: checksumsFrom)
         let h = try OperationHeader(record)
         guard let kind = Kind(rawValue: h.kind) else { throw StrataError(.corruptRecord, "operation \(lsn) has unknown kind \(h.kind)") }
         guard let origin = Origin(rawValue: h.origin) else { throw StrataError(.corruptRecord, "operation \(lsn) has unknown origin \(h.origin)") }

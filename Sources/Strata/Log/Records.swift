@@ -21,9 +21,19 @@ import LMDB
 ///
 /// An **operation** (value in `log`) is
 ///
-///     u8 format, u8 kind, u8 origin, varint txnID, varint timestamp (µs since 1970),
+///     u8 format, [u32 crc32c,] u8 kind, u8 origin, varint txnID, varint timestamp (µs since 1970),
 ///     varint schemaVersion, varint targetLength, target (the `rows` key), varint prevLSN,
 ///     u8 flagsAfter, varint annotationLength, annotation, field entries in field-id order
+///
+/// From format 3 on, the format byte is followed by a **checksum**: the CRC-32C (``CRC32C``) of
+/// every byte after it — the rest of the header and the field entries — little-endian. It is
+/// computed once, when the write path has built the record, and checked where the log is read
+/// as evidence: `verify`, `rebuild`, `replay`, `compact`, `salvage`, the fold of a log tail when
+/// a store opens, and the history reads (``Snapshot/history(_:key:)``, `strata log`); see
+/// ``RecordChecksum``. The format byte itself is covered by the store: every operation from
+/// LSN `checksumsFrom` (a `meta` counter, set when the store was created or migrated to store
+/// format 5) on must be format 3, so a damaged format byte that reads as 1 or 2 is caught too.
+/// Operations written before (formats 1 and 2) carry no checksum and are not rewritten.
 ///
 /// The annotation is opaque to the store: sync code records its merge decisions there.
 ///
@@ -36,8 +46,12 @@ import LMDB
 /// an operation is therefore mechanical — see ``RowFold`` — and the rules that decide what an edit
 /// does live only in the write path (`EditRules.swift`).
 enum RecordFormat {
-    /// The current format of operation records: 2 adds conflict entries (state 2).
-    static let operationFormat: UInt8 = 2
+    /// The current format of operation records: 2 adds conflict entries (state 2), 3 a checksum.
+    static let operationFormat: UInt8 = 3
+    /// The first format whose operations carry a checksum (4 bytes after the format byte).
+    static let checksummedFormat: UInt8 = 3
+    /// The size of the checksum.
+    static let checksumSize = 4
     /// The oldest format still read: format 1 is format 2 without conflict entries.
     static let oldestOperationFormat: UInt8 = 1
 }
@@ -162,6 +176,12 @@ struct OperationHeader {
         format = try r.byte()
         guard format >= RecordFormat.oldestOperationFormat, format <= RecordFormat.operationFormat else {
             throw StrataError(.formatVersion, "an operation has format \(format); this version of Strata reads formats \(RecordFormat.oldestOperationFormat) to \(RecordFormat.operationFormat)")
+        }
+        // The checksum is checked by `RecordChecksum` where the log is evidence, not here:
+        // the write path parses each record it builds several times.
+        if format >= RecordFormat.checksummedFormat {
+            guard r.remaining >= RecordFormat.checksumSize else { throw r.corrupt("an operation shorter than its checksum") }
+            r.offset += RecordFormat.checksumSize
         }
         kind = try r.byte()
         origin = try r.byte()

@@ -121,12 +121,16 @@ extension Store {
 
     /// The LSN of the first operation after `lsn` whose timestamp is after `cutoff` (µs).
     private func firstOperation(after lsn: UInt64, newerThan cutoff: UInt64, _ reader: ViewReader) throws -> UInt64? {
-        try reader.scan(views.log) { c in
+        let checksumsFrom = try reader.checksumsFrom(in: views)
+        return try reader.scan(views.log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: (lsn + 1).bigEndian) { Array($0) })
             while let entry = e {
+                let at = try Counter.lsn(key: entry.key)
+                // A damaged timestamp must not choose the horizon.
+                try RecordChecksum.check(entry.value, lsn: at, checksumsFrom: checksumsFrom)
                 // Clocks can step back, so the first young operation ends the foldable prefix.
                 if try OperationHeader(entry.value).timestampMicros > cutoff {
-                    return try Counter.lsn(key: entry.key)
+                    return at
                 }
                 e = try c.next()
             }
@@ -155,6 +159,8 @@ extension Store {
     private func fold(through horizon: UInt64, _ txn: ViewWriter) throws -> Int {
         var folded = 0
         var state = ByteWriter(capacity: 512)
+        // Folded operations leave the log for good: a damaged one must stop the compaction.
+        let checksumsFrom = try txn.reader.checksumsFrom(in: views)
         while true {
             // A chunk at a time, copied out, so that no cursor is open while the log shrinks.
             var chunk: [(lsn: UInt64, record: [UInt8])] = []
@@ -170,6 +176,7 @@ extension Store {
             if chunk.isEmpty { break }
             for (lsn, record) in chunk {
                 try withBytes(record) { (op) throws(StrataError) in
+                    try RecordChecksum.check(op, lsn: lsn, checksumsFrom: checksumsFrom)
                     let header = try OperationHeader(op)
                     let target = UnsafeRawBufferPointer(rebasing: op[header.target])
                     let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.base).map { Array($0) } }

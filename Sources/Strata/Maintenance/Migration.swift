@@ -10,8 +10,11 @@ import LMDB
 /// | 1 | 2 | compaction: the `base` database (rows as of the horizon) and the `horizon` meta key. A format-1 store has neither; an empty `base` and a missing horizon (0) describe it exactly, so nothing is rewritten. |
 /// | 2 | 3 | conflict entries (field state 2, operation format 2): a deferred conflict records its conflicting fields and the server's values for them. Format-2 records are valid format-3 records without conflict entries, so nothing is rewritten; a row a format-2 store left conflicted does not record its fields: ``Row/conflictingFields`` says what format 2 reported (its changed fields), and `SyncClient` takes them from the merge's audit record in the log; the next merge or resolve of the row records them. |
 ///
-/// Operation records keep their own format byte (``RecordFormat``), checked as each is read;
-/// a step that changed the record format would rewrite the log here.
+/// | 3 | 4 | the views are checkpointed apart from the log: the `viewsLSN` meta key, set to the log's end. |
+/// | 4 | 5 | checksums: operations are written in operation format 3, with a CRC-32C. The operations already in the log (formats 1 and 2) are not rewritten and stay valid without one; the `checksumsFrom` meta key, set to the LSN after the last operation, says from where on every operation must carry one. |
+///
+/// Operation records keep their own format byte (``RecordFormat``), checked as each is read,
+/// so a step that changes the record format need not rewrite the log (4 → 5 does not).
 enum Migration {
     static func upgrade(from version: UInt64, _ txn: LMDB.WriteTransaction, _ views: Views, path: String) throws(StrataError) {
         var v = version
@@ -27,6 +30,13 @@ enum Migration {
             case 3:
                 // Format 3 kept the views in the same transaction as the log.
                 try txn.setMeta(MetaKey.viewsLSN, try txn.lastLSN(in: views), in: views)
+            case 4:
+                // Older operations keep their format and carry no checksum; every new one does.
+                let last = try txn.lastLSN(in: views)
+                guard last < Counter.limit else {
+                    throw StrataError(.corruptRecord, "the store at '\(path)' has a last LSN of \(last), out of range; it cannot be migrated")
+                }
+                try txn.setMeta(MetaKey.checksumsFrom, last + 1, in: views)
             default:
                 throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), which no version of Strata wrote; it cannot be migrated")
             }

@@ -33,15 +33,49 @@ public struct VerifyReport: Sendable, CustomStringConvertible {
     /// The differing entries (at most ``maxDifferences``).
     public let differences: [Difference]
 
+    /// An operation of the log that is damaged: its checksum does not match its content, or it
+    /// lacks one where every operation carries one. When the log has one, the views are not
+    /// compared with its fold (``differences`` is empty): `rebuild` refuses such a log, and
+    /// ``Store/salvage(from:into:)`` recovers the rest of it.
+    public struct DamagedOperation: Sendable, Hashable, CustomStringConvertible {
+        /// Where it is in the log.
+        public let lsn: UInt64
+        /// What is wrong with it.
+        public let reason: String
+
+        public var description: String { "LSN \(lsn): \(reason)" }
+    }
+
+    /// The damaged operations of the log, in LSN order (all of them).
+    public internal(set) var damagedOperations: [DamagedOperation] = []
+    /// Operations written before log records carried checksums (operation formats 1 and 2, by a
+    /// Strata before store format 5): their damage cannot be detected.
+    public internal(set) var operationsWithoutChecksum = 0
+
     /// The most differences a report lists.
     public static let maxDifferences = 100
 
-    /// Whether the live views equal the log's fold, byte for byte.
-    public var isConsistent: Bool { differences.isEmpty && live.keys.allSatisfy { live[$0]! == rebuilt[$0]! } }
+    /// Whether every operation is intact and the live views equal the log's fold, byte for byte.
+    public var isConsistent: Bool {
+        damagedOperations.isEmpty && differences.isEmpty && live.keys.allSatisfy { live[$0]! == rebuilt[$0]! }
+    }
 
     public var description: String {
-        if isConsistent { return "consistent: \(operations) operations, views equal the log's fold" }
-        return "INCONSISTENT: \(differences.count) difference(s):\n" + differences.map { "  \($0)" }.joined(separator: "\n")
+        var lines: [String]
+        if isConsistent {
+            lines = ["consistent: \(operations) operations, views equal the log's fold"]
+        } else {
+            lines = ["INCONSISTENT: \(damagedOperations.count) damaged operation(s), \(differences.count) difference(s):"]
+            lines += damagedOperations.map { "  damaged: \($0)" }
+            lines += differences.map { "  \($0)" }
+            if !damagedOperations.isEmpty {
+                lines.append("the views were not compared with the log's fold, which stops at a damaged operation; salvage recovers the intact ones")
+            }
+        }
+        if operationsWithoutChecksum > 0 {
+            lines.append("\(operationsWithoutChecksum) operation(s) from before log format 3 carry no checksum")
+        }
+        return lines.joined(separator: "\n")
     }
 }
 
@@ -109,7 +143,8 @@ extension Store {
                     }
                     var fold = target
                     fold.commitsInSteps(scratch)
-                    let count = try Store.fold(from: txn, views, into: &fold, through: lsn, progress: suffix.isEmpty ? progress : nil)
+                    var checks = LogChecks(checksumsFrom: try txn.checksumsFrom(in: views))
+                    let count = try Store.fold(from: txn, views, into: &fold, through: lsn, checks: &checks, progress: suffix.isEmpty ? progress : nil)
                     try scratch.read { rebuilt in
                         for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("gone", views.gone, scratchViews.gone), ("index", views.index, scratchViews.index), ("view", views.view, scratchViews.view)] {
                             let (l, r) = try compare(name + suffix, live, a, rebuilt, b, catalog: catalog, into: &differences)
@@ -119,12 +154,23 @@ extension Store {
                     }
                     return count
                 }
+                // Every checksum first, every damaged operation named: the fold would stop at the
+                // first, and could not fold the rows it touched without it.
+                let scan = try Store.checkLog(from: txn, views, through: version.lsn)
+                guard scan.damaged.isEmpty else {
+                    var report = VerifyReport(operations: scan.operations, live: [:], rebuilt: [:], differences: [])
+                    report.damagedOperations = scan.damaged.map { .init(lsn: $0.lsn, reason: $0.why) }
+                    report.operationsWithoutChecksum = scan.unchecksummed
+                    return report
+                }
                 let count = try check(ViewReader(txn: txn, views: views, overlay: OverlayBuffer(version)), through: version.lsn, suffix: "")
                 if !version.isEmpty {
                     let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? version.lsn
                     _ = try check(ViewReader(txn: txn, views: views, overlay: nil), through: viewsLSN, suffix: "@checkpoint")
                 }
-                return VerifyReport(operations: count, live: liveSums, rebuilt: rebuiltSums, differences: differences)
+                var report = VerifyReport(operations: count, live: liveSums, rebuilt: rebuiltSums, differences: differences)
+                report.operationsWithoutChecksum = scan.unchecksummed
+                return report
             }
         }
     }
@@ -139,7 +185,8 @@ extension Store {
     ) throws(StrataError) -> Int {
         var fold = BulkFold(views: target, catalog: catalog, into: txn, budget: budget, workers: workers)
         _ = try foldBase(from: reader, base: source.base, into: &fold, copyTo: copying ? (txn, target.base) : nil)
-        let count = try foldLog(from: reader, log: source.log, into: &fold, through: through, copyTo: copying ? (txn, target.log) : nil, progress: progress)
+        var checks = LogChecks(checksumsFrom: try reader.checksumsFrom(in: source))
+        let count = try foldLog(from: reader, log: source.log, into: &fold, through: through, checks: &checks, copyTo: copying ? (txn, target.log) : nil, progress: progress)
         try fold.finish()
         return count
     }
@@ -148,19 +195,46 @@ extension Store {
     /// `through`, into `fold`, which writes a scratch store in steps. Returns the number of
     /// operations.
     static func fold(
-        from reader: some ReadableTransaction, _ source: Views, into fold: inout BulkFold, through: UInt64, progress: ((_ done: Int, _ total: Int) -> Void)?
+        from reader: some ReadableTransaction, _ source: Views, into fold: inout BulkFold, through: UInt64, checks: inout LogChecks,
+        progress: ((_ done: Int, _ total: Int) -> Void)?
     ) throws(StrataError) -> Int {
         _ = try foldBase(from: reader, base: source.base, into: &fold)
-        let count = try foldLog(from: reader, log: source.log, into: &fold, through: through, progress: progress)
+        let count = try foldLog(from: reader, log: source.log, into: &fold, through: through, checks: &checks, progress: progress)
         try fold.finish()
         return count
     }
 
+    /// Checks the checksum of every operation of `views`' log (read through `reader`) up to
+    /// LSN `through`, collecting the damaged ones rather than stopping at the first.
+    ///
+    /// - Complexity: O(b) for b bytes of operations.
+    static func checkLog(from reader: some ReadableTransaction, _ views: Views, through: UInt64) throws(StrataError) -> LogChecks {
+        var checks = LogChecks(checksumsFrom: try reader.checksumsFrom(in: views))
+        try reader.scan(views.log) { c in
+            var e = try c.first()
+            while let entry = e {
+                let lsn = try Counter.lsn(key: entry.key)
+                if lsn > through { break }
+                checks.operations += 1
+                switch RecordChecksum.status(entry.value, lsn: lsn, checksumsFrom: checks.checksumsFrom) {
+                case .valid: break
+                case .absent: checks.unchecksummed += 1
+                case .damaged(let why): checks.damaged.append((lsn, why))
+                }
+                e = try c.next()
+            }
+        }
+        return checks
+    }
+
     /// Folds every operation of `log` (read through `reader`) up to LSN `through` into `fold`;
     /// with `copyTo`, also appends each operation to that transaction's log.
+    ///
+    /// Each operation's checksum is checked first (``RecordChecksum``): a damaged one is a
+    /// `corruptRecord` error naming its LSN.
     static func foldLog(
         from reader: some ReadableTransaction, log: Database, into fold: inout BulkFold,
-        through: UInt64 = .max, copyTo: (txn: LMDB.WriteTransaction, log: Database)? = nil, progress: ((_ done: Int, _ total: Int) -> Void)? = nil
+        through: UInt64 = .max, checks: inout LogChecks, copyTo: (txn: LMDB.WriteTransaction, log: Database)? = nil, progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws(StrataError) -> Int {
         var count = 0
         // The log being folded is `log` (of `reader`), not the target's, which may be a scratch store's.
@@ -174,6 +248,11 @@ extension Store {
                     guard lsn > previous else { throw StrataError(.corruptRecord, "the log is out of order at LSN \(lsn)") }
                     if lsn > through { break }
                     previous = lsn
+                    switch RecordChecksum.status(entry.value, lsn: lsn, checksumsFrom: checks.checksumsFrom) {
+                    case .valid: break
+                    case .absent: checks.unchecksummed += 1
+                    case .damaged(let why): throw RecordChecksum.damaged(lsn, why)
+                    }
                     // The fold writes only when it flushes, between operations, and never to the
                     // log: the record the cursor lends stays valid while it is folded.
                     try fold.apply(operation: entry.value, lsn: lsn)
@@ -242,6 +321,18 @@ extension Store {
         }
         return ((liveCount, liveDigest.value), (rebuiltCount, rebuiltDigest.value))
     }
+}
+
+/// What a scan or a fold of a log found of its operations' checksums (see ``RecordChecksum``).
+struct LogChecks {
+    /// The first LSN whose operation must carry a checksum.
+    var checksumsFrom: UInt64
+    /// Operations checked.
+    var operations = 0
+    /// The damaged operations: LSN and what is wrong.
+    var damaged: [(lsn: UInt64, why: String)] = []
+    /// Operations written before checksums (formats 1 and 2).
+    var unchecksummed = 0
 }
 
 /// Compares two byte strings in LMDB's default key order: bytewise, a prefix first. -1, 0 or 1.

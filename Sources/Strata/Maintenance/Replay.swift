@@ -42,6 +42,8 @@ extension Store {
                     // A compacted store starts from its base snapshot, which the replay keeps.
                     let catalog = try currentCatalog(source)
                     try txn.setMeta(MetaKey.horizon, horizon, in: target.views)
+                    // The operations are copied as they are: those before checksums stay without.
+                    try txn.setMeta(MetaKey.checksumsFrom, try source.checksumsFrom(in: views), in: target.views)
                     _ = try Store.fold(
                         from: source, views, into: txn, target.views, catalog: catalog, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers,
                         through: lsn, copying: true, progress: progress

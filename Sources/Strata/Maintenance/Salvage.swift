@@ -26,6 +26,10 @@ public struct SalvageReport: Sendable, CustomStringConvertible {
     public var rowsWithGaps: [RowGap] = []
     /// Readable operations left out because they sit on a row's history before a gap.
     public var operationsBeforeGaps = 0
+    /// LSNs up to the last recovered one whose operation was found but is damaged (its checksum
+    /// does not match, see ``VerifyReport/DamagedOperation``) and has no intact copy in the file:
+    /// skipped, so also in ``lostRanges``.
+    public var damagedOperations: [UInt64] = []
     /// Pages of the damaged file that did not parse as LMDB pages (zeroed or overwritten).
     public var unreadablePages = 0
     /// Pages of the file in all.
@@ -46,6 +50,9 @@ public struct SalvageReport: Sendable, CustomStringConvertible {
         }
         if horizon > 0 {
             lines.append("the store was compacted through LSN \(horizon): rows not changed since are not in the log and were not recovered")
+        }
+        if !damagedOperations.isEmpty {
+            lines.append("failed their checksum (skipped): LSN " + damagedOperations.map(String.init).joined(separator: ", "))
         }
         for gap in rowsWithGaps { lines.append("gap: \(gap)") }
         if operationsBeforeGaps > 0 { lines.append("\(operationsBeforeGaps) readable operations before those gaps were left out") }
@@ -92,16 +99,24 @@ extension Store {
         let catalog = try withBytes(catalogBytes) { (b) throws(StrataError) in try Catalog(decoding: b, version: meta.catalogVersion) }
         report.horizon = meta.horizon
 
-        // Every operation that decodes; the first copy of an LSN wins (LMDB leaves older copies
-        // of pages behind, and an operation is never rewritten, so copies agree).
+        // Every operation whose checksum holds (when it has one) and that decodes; the first
+        // such copy of an LSN wins (LMDB leaves older copies of pages behind, and an operation is
+        // never rewritten, so intact copies agree). Without the damaged store's `checksumsFrom`,
+        // operations without a checksum are taken at any LSN: recovering more is the point here.
+        let checksumsFrom = meta.checksumsFrom ?? .max
         var operations: [UInt64: [UInt8]] = [:]
+        var damaged = Set<UInt64>()
         var lastTxn = meta.lastTxn
         for (lsn, record) in scan.logCandidates where operations[lsn] == nil {
             guard lsn > meta.horizon, lsn <= Counter.limit else { continue }
             let valid: Bool = withBytes(record) { (b) -> Bool in
+                if case .damaged = RecordChecksum.status(b, lsn: lsn, checksumsFrom: checksumsFrom) {
+                    damaged.insert(lsn)
+                    return false
+                }
                 guard let header = try? OperationHeader(b), header.txnID <= meta.lastTxn || meta.lastTxn == 0,
                       catalog.tables[header.tableID(in: b)] != nil,
-                      (try? LogEntry(lsn: lsn, record: b, catalog: catalog)) != nil
+                      (try? LogEntry(lsn: lsn, record: b, catalog: catalog, checksumsFrom: checksumsFrom)) != nil
                 else { return false }
                 return true
             }
@@ -160,6 +175,10 @@ extension Store {
             expected = lsn + 1
         }
         report.lostRanges = lost
+        // Up to the last recovered LSN, as `lostRanges`: beyond it, other databases' 8-byte
+        // keys (read as LSNs) would be taken for damaged operations.
+        let lastFound = operations.keys.max() ?? 0
+        report.damagedOperations = damaged.filter { $0 <= lastFound && operations[$0] == nil }.sorted()
         report.recoveredOperations = kept.count
         if let first = kept.first, let last = kept.last { report.recoveredRange = first.lsn...last.lsn }
 
@@ -188,6 +207,10 @@ extension Store {
                     // The log may have gaps (lost records), which a fold of its tail refuses: the
                     // views are marked current here, and the rebuild below makes them so.
                     if let last = kept.last { try txn.setMeta(MetaKey.viewsLSN, last.lsn, in: views) }
+                    // Operations without a checksum are kept as they are: the new store requires
+                    // one only after the last of them.
+                    let unchecksummed = kept.last { $0.record.first.map { $0 < RecordFormat.checksummedFormat } ?? false }
+                    try txn.setMeta(MetaKey.checksumsFrom, (unchecksummed?.lsn ?? 0) + 1, in: views)
                 }
             }
         }
@@ -208,6 +231,7 @@ extension Store {
             w.append(UnsafeRawBufferPointer(rebasing: b[..<header.target.upperBound]))
             w.appendVarint(0)
             w.append(UnsafeRawBufferPointer(rebasing: b[r.offset...]))
+            if header.format >= RecordFormat.checksummedFormat { RecordChecksum.seal(&w) }
             return w.bytes
         }
     }
@@ -226,6 +250,7 @@ struct RawPages {
         var lastTxn: UInt64 = 0
         var catalogVersion: UInt64 = 0
         var horizon: UInt64 = 0
+        var checksumsFrom: UInt64?
     }
 
     let pageCount: Int
@@ -312,6 +337,7 @@ struct RawPages {
                 meta.lastTxn = counter(MetaKey.lastTxn)
                 meta.catalogVersion = counter(MetaKey.catalogVersion)
                 meta.horizon = counter(MetaKey.horizon)
+                if metaEntries[MetaKey.checksumsFrom] != nil { meta.checksumsFrom = counter(MetaKey.checksumsFrom) }
                 metaCandidates.append(meta)
             }
         }

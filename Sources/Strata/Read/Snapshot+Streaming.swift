@@ -37,6 +37,7 @@ extension Snapshot {
         try t.encodeKey(key, into: &k)
         let txn = try self.txn
         var lsns: [UInt64] = []
+        let checksumsFrom = try txn.checksumsFrom(in: views)
         try txn.forEachInChain(of: k.bytes, views: views) { lsn, _ in lsns.append(lsn) }
         for lsn in lsns.reversed() {
             var keyBE = lsn.bigEndian
@@ -44,7 +45,7 @@ extension Snapshot {
             guard let record = found else {
                 throw StrataError(.corruptRecord, "the history of a row names LSN \(lsn), which is not in the log")
             }
-            guard try body(try LogEntry(lsn: lsn, record: record, catalog: catalog)) else { return }
+            guard try body(try LogEntry(lsn: lsn, record: record, catalog: catalog, checksumsFrom: checksumsFrom)) else { return }
         }
     }
 }

@@ -157,12 +157,13 @@ public struct Snapshot {
     ///
     /// - Complexity: O(k) for k operations visited, plus O(log n) to find the first.
     public func forEachOperation(from: UInt64 = 1, through: UInt64 = .max, _ body: (LogEntry) throws -> Bool) throws {
+        let checksumsFrom = try txn.checksumsFrom(in: views)
         try txn.scan(views.log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: from.bigEndian) { Array($0) })
             while let entry = e {
                 let lsn = try Counter.lsn(key: entry.key)
                 if lsn > through { return }
-                guard try body(try LogEntry(lsn: lsn, record: entry.value, catalog: catalog)) else { return }
+                guard try body(try LogEntry(lsn: lsn, record: entry.value, catalog: catalog, checksumsFrom: checksumsFrom)) else { return }
                 e = try c.next()
             }
         }
@@ -186,8 +187,9 @@ public struct Snapshot {
         var k = ByteWriter(capacity: 40)
         try t.encodeKey(key, into: &k)
         var entries: [LogEntry] = []
+        let checksumsFrom = try txn.checksumsFrom(in: views)
         try txn.forEachInChain(of: k.bytes, views: views) { lsn, record in
-            entries.append(try LogEntry(lsn: lsn, record: record, catalog: catalog))
+            entries.append(try LogEntry(lsn: lsn, record: record, catalog: catalog, checksumsFrom: checksumsFrom))
         }
         return entries.reversed()
     }
@@ -215,12 +217,15 @@ extension ViewReader {
         }
         // Operations up to the horizon were folded into `base`; the chain continues there.
         let horizon = try horizon(in: views)
+        let checksumsFrom = try checksumsFrom(in: views)
         while lsn > horizon {
             var key = lsn.bigEndian
             let found = try lmdb { () throws(LMDBError) in try Swift.withUnsafeBytes(of: &key) { (k) throws(LMDBError) in try get(k, in: views.log) } }
             guard let record = found else {
                 throw StrataError(.corruptRecord, "the history of a row names LSN \(lsn), which is not in the log")
             }
+            // Checked before its previous LSN is followed: a damaged one would lead astray.
+            try RecordChecksum.check(record, lsn: lsn, checksumsFrom: checksumsFrom)
             let header = try OperationHeader(record)
             guard header.prevLSN < lsn else {
                 throw StrataError(.corruptRecord, "operation \(lsn) names a later operation (\(header.prevLSN)) as its predecessor")

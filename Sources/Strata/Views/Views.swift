@@ -116,6 +116,10 @@ enum MetaKey {
     static let clientID = "clientID"
     /// The compaction horizon: every operation up to this LSN is folded into `base`.
     static let horizon = "horizon"
+    /// The first LSN whose operation carries a checksum (operation format 3): 1 for a store
+    /// created with store format 5 or later, the LSN after the last operation for one migrated
+    /// to it. Operations before it (formats 1 and 2) carry none.
+    static let checksumsFrom = "checksumsFrom"
     /// Prefix of log pins (see ``Transaction/pinLog(_:after:)``).
     static let pinPrefix = "pin:"
 }

@@ -400,6 +400,8 @@ public final class Transaction {
         let lsn = nextLSN
         opBuf.reset()
         opBuf.append(RecordFormat.operationFormat)
+        // The checksum, written by `seal` once the record is complete.
+        opBuf.append([0, 0, 0, 0])
         opBuf.append(kind.rawValue)
         opBuf.append(origin.rawValue)
         opBuf.appendVarint(txnID)
@@ -417,6 +419,7 @@ public final class Transaction {
         let oldFlags = try old.map { (o) throws(StrataError) in try RowHeader(o).flags }
         if opBuf.count == entriesStart && flags == oldFlags && annotation.isEmpty { return }
         opBuf.bytes[flagsAt] = flags.rawValue
+        RecordChecksum.seal(&opBuf)
 
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
             let header = try OperationHeader(op)
