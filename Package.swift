@@ -9,10 +9,14 @@ let package = Package(
         .library(name: "LMDB", targets: ["LMDB"]),
         .library(name: "StrataSync", targets: ["StrataSync"]),
         .library(name: "StrataWorkload", targets: ["StrataWorkload"]),
+        // Test doubles for apps' tests: an in-process sync server, temporary stores.
+        .library(name: "StrataTesting", targets: ["StrataTesting"]),
         .executable(name: "strata", targets: ["StrataCLI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // `swift package generate-documentation` (.ci/docs); a command plugin, never linked.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // Debian's liblmdb-dev, found through pkg-config; the shim only includes <lmdb.h>.
@@ -32,6 +36,8 @@ let package = Package(
         ),
         // The reference workload of Benchmarks/WORKLOAD.md, shared by `strata bench` and Benchmarks/.
         .target(name: "StrataWorkload", dependencies: ["Strata"]),
+        // Test doubles, kept out of the modules an app ships: InMemorySyncServer, temporary stores.
+        .target(name: "StrataTesting", dependencies: ["Strata", "StrataSync"]),
         .executableTarget(
             name: "StrataCLI",
             dependencies: [
@@ -48,7 +54,7 @@ let package = Package(
         // Fixtures: stores written by earlier formats, opened in place by the migration tests.
         .testTarget(name: "StrataTests", dependencies: ["Strata", "LMDB", "StrataWorkload"], exclude: ["Fixtures"]),
         // Fixtures: a format-2 store holding deferred conflicts, for the 2 → 3 migration test.
-        .testTarget(name: "StrataSyncTests", dependencies: ["StrataSync", "Strata", "StrataWorkload", "LMDB"], exclude: ["Fixtures"]),
+        .testTarget(name: "StrataSyncTests", dependencies: ["StrataSync", "Strata", "StrataWorkload", "LMDB", "StrataTesting"], exclude: ["Fixtures"]),
         // Runs the built `strata` executable; the dependency makes `swift test` build it first.
         .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "strata-crash-helper", "Strata", "StrataSync", "LMDB"]),
     ]

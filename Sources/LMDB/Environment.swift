@@ -16,7 +16,8 @@ public enum SyncMode: String, Sendable, CaseIterable, Codable {
     /// `MDB_NOMETASYNC`: the data is synced, the meta page is not. A crash can roll back the
     /// last committed transaction, never corrupt the store.
     case noMetaSync
-    /// `MDB_NOSYNC`: nothing is synced until ``Environment/sync()``. A crash can lose every
+    /// `MDB_NOSYNC`: a commit does not sync; data reaches the disk when the system writes it back
+    /// or the environment is synced (`mdb_env_sync`, which Strata's `flush()` calls). A crash can lose every
     /// transaction since the last sync (the store stays consistent on ext4/xfs, but not on
     /// every file system).
     case noSync
@@ -27,31 +28,38 @@ public struct EnvironmentOptions: Sendable {
     /// The initial map size in bytes. The map grows by itself when full, so this is a hint.
     public var mapSize: Int = 64 << 20
     /// The most named databases the environment can hold (`mdb_env_set_maxdbs`).
-    public var maxDatabases: UInt32 = 32
+    package var maxDatabases: UInt32 = 32
     /// The most concurrent read transactions across all processes (`mdb_env_set_maxreaders`).
-    public var maxReaders: UInt32 = 126
+    package var maxReaders: UInt32 = 126
     /// Commit durability; see ``SyncMode``.
     public var syncMode: SyncMode = .full
     /// Open the environment read-only.
-    public var readOnly: Bool = false
+    package var readOnly: Bool = false
     /// Use no lock file (`MDB_NOLOCK`): for read-only access to files this process cannot
     /// write, `lock.mdb` included. The caller must make sure no writer changes the files
     /// meanwhile: without the lock, LMDB cannot keep a writer off the pages a reader uses.
-    public var noLock: Bool = false
+    package var noLock: Bool = false
     /// The permissions of newly created files.
-    public var fileMode: mode_t = 0o644
+    package var fileMode: mode_t = 0o644
 
+    /// The defaults: a 64 MiB map, 32 named databases, 126 readers, full sync, read-write, with locking.
     public init() {}
 }
 
 /// Statistics of a database or of the whole environment (`MDB_stat`).
-public struct DatabaseStats: Sendable, Hashable {
-    public var pageSize: Int
-    public var depth: Int
-    public var branchPages: Int
-    public var leafPages: Int
-    public var overflowPages: Int
-    public var entries: Int
+package struct DatabaseStats: Sendable, Hashable {
+    /// The size of a database page in bytes (`ms_psize`).
+    package var pageSize: Int
+    /// The depth of the B-tree (`ms_depth`).
+    package var depth: Int
+    /// Internal (non-leaf) pages (`ms_branch_pages`).
+    package var branchPages: Int
+    /// Leaf pages (`ms_leaf_pages`).
+    package var leafPages: Int
+    /// Overflow pages, which hold large values (`ms_overflow_pages`).
+    package var overflowPages: Int
+    /// Entries (`ms_entries`).
+    package var entries: Int
 
     init(_ s: MDB_stat) {
         pageSize = Int(s.ms_psize)
@@ -65,7 +73,7 @@ public struct DatabaseStats: Sendable, Hashable {
 
 /// An LMDB environment: one memory-mapped store holding any number of named databases.
 ///
-/// Transactions are closure-scoped: ``read(_:)`` and ``write(_:)`` begin one, hand it to the
+/// Transactions are closure-scoped: `read(_:)` and ``write(_:)`` begin one, hand it to the
 /// closure, and end it when the closure returns. A write commits on normal return and aborts when
 /// the closure throws. Neither kind may escape its closure.
 ///
@@ -93,11 +101,11 @@ public final class Environment: @unchecked Sendable {
     // `resizeLock` held exclusively and read under it held shared.
 
     /// The raw `MDB_env*`, for code that needs an `mdb_*` call this wrapper does not offer.
-    public let handle: OpaquePointer
+    package let handle: OpaquePointer
     /// The folder the environment lives in.
     public let path: String
     /// The options it was opened with.
-    public let options: EnvironmentOptions
+    package let options: EnvironmentOptions
 
     private let resizeLock = ReadWriteLock()
     /// Set by ``close()``; every later transaction fails with ``LMDBError/closed``.
@@ -112,7 +120,7 @@ public final class Environment: @unchecked Sendable {
     private let bounds: MapBounds
     /// Reader slots of dead processes that `mdb_reader_check` cleared when this environment was
     /// opened. Such slots would otherwise pin old pages (the file grows) and use up slots.
-    public let staleReadersCleared: Int
+    package let staleReadersCleared: Int
     /// The most bytes one write transaction was seen to need: the growth of the used pages of a
     /// committed write, or the room a write ran out of. The map is kept at least twice this
     /// much ahead of the used pages (see `growIfNearlyFull`).
@@ -122,7 +130,7 @@ public final class Environment: @unchecked Sendable {
     /// How many times a write closure ran again because the map was full (its transaction was
     /// aborted, the map grown, and the closure run from the start). Growing ahead of writes
     /// keeps this rare: typically once, the first time a write larger than any before fills the map.
-    public var writeReruns: Int { reruns.load(ordering: .relaxed) }
+    package var writeReruns: Int { reruns.load(ordering: .relaxed) }
 
     /// Opens (creating if needed) the environment in the folder at `path`.
     ///
@@ -185,7 +193,7 @@ public final class Environment: @unchecked Sendable {
     /// (values returned by `get` and cursors) is valid only inside `body`.
     ///
     /// - Complexity: O(1) to begin and end, plus whatever `body` does.
-    public func read<R>(_ body: (ReadTransaction) throws -> R) throws -> R {
+    package func read<R>(_ body: (ReadTransaction) throws -> R) throws -> R {
         while true {
             enter()
             if isClosed {
@@ -328,7 +336,7 @@ public final class Environment: @unchecked Sendable {
     // MARK: Maintenance
 
     /// Flushes buffered commits to disk (`mdb_env_sync` with force), for ``SyncMode/noSync``.
-    public func sync() throws(LMDBError) {
+    package func sync() throws(LMDBError) {
         let locked = lockSharedUnlessHeld()
         defer { if locked { resizeLock.unlock() } }
         guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_sync") }
@@ -353,7 +361,7 @@ public final class Environment: @unchecked Sendable {
     }
 
     /// Whether ``close()`` was called.
-    public var closed: Bool {
+    package var closed: Bool {
         let locked = lockSharedUnlessHeld()
         defer { if locked { resizeLock.unlock() } }
         return isClosed
@@ -370,7 +378,7 @@ public final class Environment: @unchecked Sendable {
 
     /// Copies the environment to the (existing, empty) folder `path`, optionally compacting it
     /// (free pages are omitted and the copy renumbered). Safe while the environment is in use.
-    public func copy(to path: String, compact: Bool = true) throws(LMDBError) {
+    package func copy(to path: String, compact: Bool = true) throws(LMDBError) {
         let locked = lockSharedUnlessHeld()
         defer { if locked { resizeLock.unlock() } }
         guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_copy2(\(path))") }
@@ -378,7 +386,7 @@ public final class Environment: @unchecked Sendable {
     }
 
     /// Statistics of the main database: page size, depth, page counts.
-    public func stats() -> DatabaseStats {
+    package func stats() -> DatabaseStats {
         var s = MDB_stat()
         let locked = lockSharedUnlessHeld()
         defer { if locked { resizeLock.unlock() } }
@@ -390,20 +398,20 @@ public final class Environment: @unchecked Sendable {
     /// environment — lies in, or `nil` when it is not in the map (a write transaction's dirty
     /// page) or the map's address is unknown (see ``LMDBError/valueOutsideFile``). For reports
     /// that say where in the file something is.
-    public func page(of pointer: UnsafeRawPointer) -> Int? {
+    package func page(of pointer: UnsafeRawPointer) -> Int? {
         let p = UInt(bitPattern: pointer)
         guard bounds.base != 0, p >= bounds.base, p - bounds.base < bounds.mapSize else { return nil }
         return Int((p - bounds.base) / UInt(pageSize))
     }
 
     /// The size of a page, in bytes.
-    public var pageBytes: Int { pageSize }
+    package var pageBytes: Int { pageSize }
 
     /// The current map size in bytes.
-    public var mapSize: Int { info().me_mapsize }
+    package var mapSize: Int { info().me_mapsize }
 
     /// The bytes in use: pages up to the last one written.
-    public var usedBytes: Int {
+    package var usedBytes: Int {
         let i = info()
         return i.me_mapsize == 0 ? 0 : (i.me_last_pgno + 1) * pageSize
     }

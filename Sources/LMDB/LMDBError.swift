@@ -19,6 +19,7 @@ public struct LMDBError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The named database involved, when the wrapper knows it (see ``valueOutsideFile``).
     public let database: String?
 
+    /// An error with the code an `mdb_*` call returned, the name of that call, and the database involved.
     public init(code: Int32, operation: String, database: String? = nil) {
         self.code = code
         self.operation = operation

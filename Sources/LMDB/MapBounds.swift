@@ -117,7 +117,7 @@ final class MapBounds: @unchecked Sendable {
 }
 
 /// What a transaction needs to check the memory LMDB lends it.
-public struct LentMemory {
+package struct LentMemory {
     let bounds: MapBounds?
     /// Whether the transaction writes (and may lend heap-allocated dirty pages).
     let writing: Bool

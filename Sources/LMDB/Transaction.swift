@@ -3,9 +3,9 @@ import CLMDB
 /// A named database inside an ``Environment``. The handle is valid for the environment's life.
 public struct Database: Sendable, Hashable {
     /// The raw `MDB_dbi`.
-    public let dbi: MDB_dbi
+    @usableFromInline package let dbi: MDB_dbi
     /// The name it was opened with; `nil` for the main database.
-    public let name: String?
+    package let name: String?
 
     init(dbi: MDB_dbi, name: String?) {
         self.dbi = dbi
@@ -18,7 +18,7 @@ public struct PutFlags: OptionSet, Sendable {
     public let rawValue: UInt32
     public init(rawValue: UInt32) { self.rawValue = rawValue }
     /// Fail with `MDB_KEYEXIST` instead of replacing an existing key.
-    public static let noOverwrite = PutFlags(rawValue: UInt32(MDB_NOOVERWRITE))
+    package static let noOverwrite = PutFlags(rawValue: UInt32(MDB_NOOVERWRITE))
     /// The key is greater than every key in the database (`MDB_APPEND`): a fast append to the
     /// last page. A key out of order fails with `MDB_KEYEXIST`.
     public static let append = PutFlags(rawValue: UInt32(MDB_APPEND))
@@ -26,7 +26,7 @@ public struct PutFlags: OptionSet, Sendable {
 
 /// A key-value pair lent by LMDB. The memory is valid until the transaction ends or, in a write
 /// transaction, until the next write.
-public typealias Entry = (key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)
+package typealias Entry = (key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)
 
 @inline(__always)
 @usableFromInline
@@ -41,13 +41,13 @@ func bytes(_ val: MDB_val) -> UnsafeRawBufferPointer {
 
 /// Lends the bytes of `array` to `body`, keeping `body`'s typed error.
 @inlinable
-public func withBytes<R, E: Error>(_ array: [UInt8], _ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+package func withBytes<R, E: Error>(_ array: [UInt8], _ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
     let result: Result<R, E> = array.withUnsafeBytes { b in Result { () throws(E) in try body(b) } }
     return try result.get()
 }
 
 /// Read operations, shared by read-only and write transactions.
-public protocol ReadableTransaction {
+package protocol ReadableTransaction {
     /// The raw `MDB_txn*`. Valid only inside the closure that lent the transaction.
     var handle: OpaquePointer { get }
     /// How to check memory that LMDB lends this transaction (see ``LMDBError/valueOutsideFile``).
@@ -64,7 +64,7 @@ extension ReadableTransaction {
     /// ``LMDBError/valueOutsideFile`` instead of being lent.
     ///
     /// - Complexity: O(log n).
-    public func get(_ key: UnsafeRawBufferPointer, in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? {
+    package func get(_ key: UnsafeRawBufferPointer, in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? {
         var k = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
         var v = MDB_val()
         let rc = mdb_get(handle, db.dbi, &k, &v)
@@ -75,12 +75,12 @@ extension ReadableTransaction {
     }
 
     /// The value stored under `key`, or `nil`; see ``get(_:in:)-(UnsafeRawBufferPointer,_)``.
-    public func get(_ key: [UInt8], in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? {
+    package func get(_ key: [UInt8], in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? {
         try withBytes(key) { (k) throws(LMDBError) in try get(k, in: db) }
     }
 
     /// Runs `body` with a cursor over `db`; the cursor is closed when `body` returns.
-    public func withCursor<R>(_ db: Database, _ body: (inout Cursor) throws -> R) throws -> R {
+    package func withCursor<R>(_ db: Database, _ body: (inout Cursor) throws -> R) throws -> R {
         var c: OpaquePointer?
         try check(mdb_cursor_open(handle, db.dbi, &c), "mdb_cursor_open")
         // A write transaction's commit frees its cursors, so the cursor is closed here, before
@@ -92,10 +92,10 @@ extension ReadableTransaction {
 
     /// The transaction's id (`mdb_txn_id`): for a read transaction, the id of the last write it
     /// sees; for a write transaction, the id its commit will have.
-    public var id: Int { mdb_txn_id(handle) }
+    package var id: Int { mdb_txn_id(handle) }
 
     /// Statistics of `db`, including its number of entries.
-    public func stats(_ db: Database) throws(LMDBError) -> DatabaseStats {
+    package func stats(_ db: Database) throws(LMDBError) -> DatabaseStats {
         var s = MDB_stat()
         try check(mdb_stat(handle, db.dbi, &s), "mdb_stat")
         return DatabaseStats(s)
@@ -103,9 +103,9 @@ extension ReadableTransaction {
 }
 
 /// A read-only snapshot transaction, lent by ``Environment/read(_:)``. Never let it escape.
-public struct ReadTransaction: ReadableTransaction {
-    public let handle: OpaquePointer
-    public let lent: LentMemory
+package struct ReadTransaction: ReadableTransaction {
+    package let handle: OpaquePointer
+    package let lent: LentMemory
 }
 
 @available(*, unavailable, message: "transactions never leave their closure")
@@ -116,9 +116,9 @@ extension ReadTransaction: Sendable {}
 /// Any LMDB error in a write marks the transaction failed: it will be aborted even if the
 /// closure catches the error, so a half-applied write can never be committed.
 public struct WriteTransaction: ReadableTransaction {
-    public let handle: OpaquePointer
+    @usableFromInline package let handle: OpaquePointer
     let status: UnsafeMutablePointer<Int32>
-    public let lent: LentMemory
+    package let lent: LentMemory
 
     /// Records the first failure of this transaction, then throws it.
     @usableFromInline
@@ -139,7 +139,7 @@ public struct WriteTransaction: ReadableTransaction {
     }
 
     /// Stores `value` under `key`; see ``put(_:_:in:flags:)-(UnsafeRawBufferPointer,_,_,_)``.
-    public func put(_ key: [UInt8], _ value: [UInt8], in db: Database, flags: PutFlags = []) throws(LMDBError) {
+    package func put(_ key: [UInt8], _ value: [UInt8], in db: Database, flags: PutFlags = []) throws(LMDBError) {
         try withBytes(key) { (k) throws(LMDBError) in
             try withBytes(value) { (v) throws(LMDBError) in try put(k, v, in: db, flags: flags) }
         }
@@ -150,7 +150,7 @@ public struct WriteTransaction: ReadableTransaction {
     /// - Complexity: O(log n).
     @discardableResult
     @inlinable
-    public func delete(_ key: UnsafeRawBufferPointer, in db: Database) throws(LMDBError) -> Bool {
+    package func delete(_ key: UnsafeRawBufferPointer, in db: Database) throws(LMDBError) -> Bool {
         var k = mdbVal(key)
         let rc = mdb_del(handle, db.dbi, &k, nil)
         if rc == MDB_NOTFOUND { return false }
@@ -160,19 +160,19 @@ public struct WriteTransaction: ReadableTransaction {
 
     /// Deletes `key`; see ``delete(_:in:)-(UnsafeRawBufferPointer,_)``.
     @discardableResult
-    public func delete(_ key: [UInt8], in db: Database) throws(LMDBError) -> Bool {
+    package func delete(_ key: [UInt8], in db: Database) throws(LMDBError) -> Bool {
         try withBytes(key) { (k) throws(LMDBError) in try delete(k, in: db) }
     }
 
     /// Removes every entry of `db`, keeping the database itself.
-    public func clear(_ db: Database) throws(LMDBError) {
+    package func clear(_ db: Database) throws(LMDBError) {
         let rc = mdb_drop(handle, db.dbi, 0)
         if rc != 0 { try fail(rc, "mdb_drop") }
     }
 
     /// Opens (or creates) a named database. The handle is usable by every transaction once this
     /// one commits.
-    public func openDatabase(_ name: String?, create: Bool = true) throws(LMDBError) -> Database {
+    package func openDatabase(_ name: String?, create: Bool = true) throws(LMDBError) -> Database {
         var dbi = MDB_dbi()
         let rc = mdb_dbi_open(handle, name, create ? UInt32(MDB_CREATE) : 0, &dbi)
         if rc != 0 { try fail(rc, "mdb_dbi_open(\(name ?? "main"))") }
@@ -180,7 +180,7 @@ public struct WriteTransaction: ReadableTransaction {
     }
 
     /// A view of this transaction as a reader, for code written against ``ReadTransaction``.
-    public var reader: ReadTransaction { ReadTransaction(handle: handle, lent: lent) }
+    package var reader: ReadTransaction { ReadTransaction(handle: handle, lent: lent) }
 
     /// Runs `body` in a nested transaction of this one: its writes join this transaction when
     /// `body` returns, and are discarded, alone, when it throws (or an LMDB error hit it). This
@@ -188,7 +188,7 @@ public struct WriteTransaction: ReadableTransaction {
     ///
     /// A full map fails this whole transaction, not only the nested one: the closure that owns
     /// it must run again with a larger map.
-    public func nested<R>(_ body: (WriteTransaction) throws -> R) throws -> R {
+    package func nested<R>(_ body: (WriteTransaction) throws -> R) throws -> R {
         var child: OpaquePointer?
         var rc = mdb_txn_begin(mdb_txn_env(handle), handle, 0, &child)
         guard rc == 0, let child else { try fail(rc, "mdb_txn_begin(nested)") }
@@ -223,7 +223,7 @@ extension WriteTransaction: Sendable {}
 /// Positioning methods return the entry under the cursor, or `nil` when there is none. The
 /// memory of an entry is valid until the cursor moves or the transaction writes. An entry that
 /// lies outside the data file (a damaged page) throws ``LMDBError/valueOutsideFile``.
-public struct Cursor {
+package struct Cursor {
     let handle: OpaquePointer
     let lent: LentMemory
     let db: Database
@@ -240,20 +240,20 @@ public struct Cursor {
     }
 
     /// Moves to the first entry. - Complexity: O(log n).
-    public mutating func first() throws(LMDBError) -> Entry? { try get(MDB_FIRST) }
+    package mutating func first() throws(LMDBError) -> Entry? { try get(MDB_FIRST) }
     /// Moves to the last entry. - Complexity: O(log n).
-    public mutating func last() throws(LMDBError) -> Entry? { try get(MDB_LAST) }
+    package mutating func last() throws(LMDBError) -> Entry? { try get(MDB_LAST) }
     /// Moves to the next entry. - Complexity: amortised O(1).
-    public mutating func next() throws(LMDBError) -> Entry? { try get(MDB_NEXT) }
+    package mutating func next() throws(LMDBError) -> Entry? { try get(MDB_NEXT) }
     /// Moves to the previous entry. - Complexity: amortised O(1).
-    public mutating func previous() throws(LMDBError) -> Entry? { try get(MDB_PREV) }
+    package mutating func previous() throws(LMDBError) -> Entry? { try get(MDB_PREV) }
     /// The entry under the cursor.
-    public func current() throws(LMDBError) -> Entry? { try get(MDB_GET_CURRENT) }
+    package func current() throws(LMDBError) -> Entry? { try get(MDB_GET_CURRENT) }
 
     /// Moves to the first entry whose key is greater than or equal to `key` (`MDB_SET_RANGE`).
     ///
     /// - Complexity: O(log n).
-    public mutating func seek(atLeast key: UnsafeRawBufferPointer) throws(LMDBError) -> Entry? {
+    package mutating func seek(atLeast key: UnsafeRawBufferPointer) throws(LMDBError) -> Entry? {
         var k = mdbVal(key)
         var v = MDB_val()
         let rc = mdb_cursor_get(handle, &k, &v, MDB_SET_RANGE)
@@ -264,7 +264,7 @@ public struct Cursor {
     }
 
     /// Moves to the first entry whose key is greater than or equal to `key`.
-    public mutating func seek(atLeast key: [UInt8]) throws(LMDBError) -> Entry? {
+    package mutating func seek(atLeast key: [UInt8]) throws(LMDBError) -> Entry? {
         try withBytes(key) { (k) throws(LMDBError) in try seek(atLeast: k) }
     }
 }

@@ -56,6 +56,7 @@ public struct StoreOptions: Sendable {
     /// read. Default: 64 MiB.
     public var overlayBudget: Int = 64 << 20
 
+    /// The defaults: full durability, a 64 MiB initial map, 126 readers, stores created when missing.
     public init() {}
 }
 
@@ -72,7 +73,7 @@ public struct StoreOptions: Sendable {
 /// ```
 ///
 /// - **Writes** run one at a time (LMDB's single writer), each an atomic transaction that appends
-///   to the log and updates every view. A write closure is synchronous; see ``write(_:)``.
+///   to the log and updates every view. A write closure is synchronous; see ``write(_:)-2j629``.
 /// - **Reads** are MVCC snapshots that never block the writer, any number at once, from any
 ///   thread or process.
 /// - `Store` is `Sendable`; transactions and snapshots are not and never leave their closure.
@@ -215,8 +216,8 @@ public final class Store: Sendable {
 
     // MARK: Transactions
 
-    /// How many times a ``write(_:)`` closure ran again because the map had to grow, since the
-    /// store was opened (see ``write(_:)``).
+    /// How many times a ``write(_:)-2j629`` closure ran again because the map had to grow, since the
+    /// store was opened (see ``write(_:)-2j629``).
     public var writeReruns: Int { env.writeReruns }
 
     /// Runs `body` in one write transaction and commits it when `body` returns.
@@ -398,7 +399,7 @@ public final class Store: Sendable {
     /// `folder` is (nearly) full or the process's file size limit is (nearly) reached; `error`
     /// otherwise. For writes to a store other than a `Store`'s own — a scratch store of
     /// ``verify(progress:)`` in the temporary folder, the new store of ``replay(into:through:progress:)``.
-    public static func diagnosingDiskFull(_ error: StrataError, writingIn folder: String) -> StrataError {
+    package static func diagnosingDiskFull(_ error: StrataError, writingIn folder: String) -> StrataError {
         let path = folder
         guard let cause = error.cause as? LMDBError, cause.code == EIO else { return error }
         let slack: UInt64 = 1 << 20

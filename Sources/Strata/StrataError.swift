@@ -55,7 +55,7 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         public static let corruptRecord = Code(.corruptRecord)
         /// The store was written by a newer (or unknown) format version.
         public static let formatVersion = Code(.formatVersion)
-        /// LMDB reported an error; ``StrataError/cause`` holds the ``LMDBError``.
+        /// LMDB reported an error; ``StrataError/cause`` holds the `LMDBError` (the `LMDB` module).
         public static let storage = Code(.storage)
         /// A file could not be read or written.
         public static let io = Code(.io)
@@ -88,9 +88,10 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
     public let code: Code
     /// What went wrong, in a sentence that names the table, field or key involved.
     public let message: String
-    /// The underlying error, such as an ``LMDBError``.
+    /// The underlying error, such as an `LMDBError`.
     public let cause: (any Error & Sendable)?
 
+    /// An error of kind `code`, with a message that says what was wrong and the error that caused it, if any.
     public init(_ code: Code, _ message: String, cause: (any Error & Sendable)? = nil) {
         self.code = code
         self.message = message

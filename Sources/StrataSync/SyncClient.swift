@@ -10,6 +10,7 @@ import Strata
 /// for c in try sync.conflicts() { try sync.resolve(c.table, key: c.key, with: .local) }
 /// ```
 public final class SyncClient: Sendable {
+    /// The store this client syncs.
     public let store: Store
     /// The policy for tables without one of their own.
     public let policy: ConflictPolicy
@@ -26,6 +27,7 @@ public final class SyncClient: Sendable {
     /// merge does.
     let useCleanRowShortcut: Bool
 
+    /// A sync client for `store`: `policy` settles conflicts in tables without a policy of their own in `tablePolicies`; `associations` order uploads and follow server-assigned keys.
     public init(store: Store, policy: ConflictPolicy = .serverWins, tablePolicies: [String: ConflictPolicy] = [:], associations: [Association] = []) {
         self.store = store
         self.policy = policy
@@ -57,7 +59,7 @@ public final class SyncClient: Sendable {
     /// else by the client's. Every changed row gets a server-origin log entry carrying a
     /// ``MergeAudit`` of the decisions.
     ///
-    /// - Throws: ``StrataError``: `tableNotFound`, `fieldNotFound`, `typeMismatch`, `missingField`
+    /// - Throws: `StrataError`: `tableNotFound`, `fieldNotFound`, `typeMismatch`, `missingField`
     ///   (a row without its key, or a new row without a required field), `invalidKey`,
     ///   `invalidOperation` (a key listed twice, or a delta that does not continue from the
     ///   stored anchor).
@@ -162,7 +164,7 @@ public final class SyncClient: Sendable {
     }
 
     /// The merge of a server row into a local row with nothing pending — most rows of most
-    /// deltas — done by ``Transaction/applyServerValues(_:key:_:kind:annotation:)`` on the stored
+    /// deltas — done by `Transaction.applyServerValues` on the stored
     /// record. By the rules in `MergeRules.swift` every field the server changed is taken
     /// (`takeServer`), there is no conflict, and an unchanged row logs nothing. Returns `false`
     /// when the row is absent or pending: the caller merges it field by field.
@@ -242,7 +244,7 @@ public final class SyncClient: Sendable {
     /// for `.server`, ``ConflictPolicy/clientWins`` for `.local`, a custom resolver returning
     /// ``Resolution/merged(_:)`` for `.values`). Other fields keep their local edits.
     ///
-    /// - Throws: ``StrataError`` `rowNotFound`; `invalidOperation` when the row holds no conflict,
+    /// - Throws: `StrataError` `rowNotFound`; `invalidOperation` when the row holds no conflict,
     ///   or `.values` names a field that is not in conflict; `fieldNotFound`, `typeMismatch`,
     ///   `nullNotAllowed` for a value that does not fit. On a throw nothing is written.
     /// - Complexity: O(f log f) for the row's f fields.
@@ -374,7 +376,9 @@ public final class SyncClient: Sendable {
 
 /// A row holding a conflict the app has not resolved.
 public struct UnresolvedConflict: Sendable, Hashable {
+    /// The row's table.
     public let table: String
+    /// The row's primary key.
     public let key: RowKey
     /// The fields in conflict: changed by the server and by this device to different values
     /// (for a delete conflict: the fields the surviving side changed). Only these are decided

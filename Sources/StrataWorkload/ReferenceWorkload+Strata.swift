@@ -2,8 +2,11 @@ import Strata
 
 /// One edit of the reference workload, with its arguments built for Strata's API.
 public enum StrataEdit: Sendable {
+    /// Insert a row.
     case insert(FieldValues)
+    /// Update fields of the row with this key.
     case update(RowKey, FieldValues)
+    /// Delete the row with this key.
     case delete(RowKey)
 
     /// Applies the edit to the `tasks` table in `tx`.

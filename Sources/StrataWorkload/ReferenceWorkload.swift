@@ -11,6 +11,7 @@ public struct ReferenceWorkload: Sendable {
         case insert(id: Int64, values: [Value])
         /// One or two columns (indexes into ``columns``) of a live row, with their new values.
         case update(id: Int64, columns: [Int], values: [Value])
+        /// Delete a live row.
         case delete(id: Int64)
     }
 
@@ -22,9 +23,11 @@ public struct ReferenceWorkload: Sendable {
         .int("id"), .string("title"), .int("priority"), .int("done"), .string("notes"), .double("updated"),
     ])
 
+    /// The seed the stream was generated from.
     public let seed: UInt64
     /// Rows 1…P, each the values of ``columns``.
     public let preload: [[Value]]
+    /// The edits, in order.
     public let edits: [Edit]
     /// The ids of the rows alive after the last edit, in the generator's order.
     public let liveIDs: [Int64]
@@ -109,7 +112,9 @@ public struct ReferenceWorkload: Sendable {
 
 /// splitmix64, as the workload specifies.
 public struct SplitMix64: RandomNumberGenerator, Sendable {
+    /// The generator's state; each draw advances it.
     public var state: UInt64
+    /// A generator starting from `seed`.
     public init(seed: UInt64) { state = seed }
 
     public mutating func next() -> UInt64 {

@@ -1,6 +1,7 @@
 import Foundation
 import Strata
 import StrataSync
+import StrataTesting
 import Testing
 
 /// A briefcase carries the store's properties (the sync anchor among them) and conflicts exactly.

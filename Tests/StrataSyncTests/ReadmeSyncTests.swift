@@ -1,6 +1,7 @@
 import Foundation
 import Strata
 import StrataSync
+import StrataTesting
 import Testing
 
 /// The README's sync sample, verbatim apart from the store set-up.

@@ -1,6 +1,7 @@
 import Foundation
 import Strata
 import StrataSync
+import StrataTesting
 import StrataWorkload
 import Testing
 

@@ -1,6 +1,7 @@
 import Foundation
 import Strata
 import StrataSync
+import StrataTesting
 import Testing
 
 /// A client reset through `sync()`: the transport says the server forgot the client or the anchor

@@ -1,6 +1,7 @@
 import Foundation
 import Strata
 import StrataSync
+import StrataTesting
 import Testing
 
 /// One validation for every way data enters — edits, merges (both merge paths), resets,

@@ -1,5 +1,5 @@
 import CSQLite
-import Strata
+@_spi(ValueCoding) import Strata
 
 struct SQLiteError: Error, CustomStringConvertible {
     let description: String

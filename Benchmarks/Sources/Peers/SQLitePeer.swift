@@ -1,6 +1,6 @@
 import CSQLite
 import Foundation
-import Strata
+@_spi(ValueCoding) import Strata
 import StrataWorkload
 
 /// SQLite used the way a Swift developer would for the same job, through its C API (a faster

@@ -12,7 +12,9 @@ public struct BriefcaseInfo: Sendable, Hashable, Codable {
     public var tables: [TableSchema]
     /// Every field name of each table, in the store's order (a property bag's fields included).
     public var fieldNames: [String: [String]]
+    /// How many rows it holds, over all its tables.
     public var rowCount: Int
+    /// When it was exported.
     public var createdAt: Date
     /// The client id of the store it was exported from.
     public var sourceClientID: String

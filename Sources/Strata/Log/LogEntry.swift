@@ -7,12 +7,19 @@ import Foundation
 public struct LogEntry: Sendable, Hashable {
     /// What kind of edit produced the operation.
     public enum Kind: UInt8, Sendable, Codable, CustomStringConvertible {
+        /// A row inserted by the app.
         case insert = 1
+        /// Fields of a row changed by the app.
         case update = 2
+        /// A row deleted by the app (a pending delete, or the removal of a local insert).
         case delete = 3
+        /// One field returned to its original (``Transaction/revert(_:key:field:)``).
         case revertField = 4
+        /// A row returned to its originals (``Transaction/revert(_:key:)``).
         case revertRow = 5
+        /// A row returned to its originals by reverting its whole table (``Transaction/revertAll(_:)``).
         case revertTable = 6
+        /// The server accepted the row: its current values became its originals (``Transaction/acknowledge(_:key:)``).
         case acknowledge = 7
         /// A row created or changed by a server delta (merge).
         case serverChange = 8
@@ -59,6 +66,7 @@ public struct LogEntry: Sendable, Hashable {
 
     /// One field as the operation left it.
     public struct FieldChange: Sendable, Hashable {
+        /// The field's name.
         public let field: String
         /// The value the server last confirmed (equal to ``current`` when the field is unchanged).
         public let original: Value
@@ -77,9 +85,13 @@ public struct LogEntry: Sendable, Hashable {
     public let transactionID: UInt64
     /// When the transaction began.
     public let timestamp: Date
+    /// Whether the operation was made on this device or applied from the server.
     public let origin: Origin
+    /// What kind of edit produced it.
     public let kind: Kind
+    /// The table of the row.
     public let table: String
+    /// The row's primary key.
     public let key: RowKey
     /// The catalog version the operation was written under.
     public let schemaVersion: UInt64

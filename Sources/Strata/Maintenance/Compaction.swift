@@ -7,8 +7,8 @@ import LMDB
 /// Whatever the limits, compaction never folds
 /// - an operation at or after the oldest pending row's first pending operation (local edits not
 ///   yet acknowledged, conflicts, rows set aside), nor
-/// - an operation after a log pin (``Transaction/pinLog(_:after:)``; the sync client pins the
-///   operations made while an upload batch is in flight).
+/// - an operation after a log pin (the sync client of `StrataSync` pins the operations made
+///   while an upload batch is in flight; ``Snapshot/logPins`` lists the pins).
 ///
 /// `Retention()` sets no limit: everything that may be folded is.
 public struct Retention: Sendable, Hashable {
@@ -19,6 +19,7 @@ public struct Retention: Sendable, Hashable {
     /// Keep every operation after this LSN.
     public var after: UInt64?
 
+    /// A retention of the given limits; each limit left `nil` keeps nothing by itself.
     public init(operations: Int? = nil, age: TimeInterval? = nil, after: UInt64? = nil) {
         self.operations = operations
         self.age = age
@@ -39,6 +40,7 @@ public struct CompactionReport: Sendable, Hashable, CustomStringConvertible {
     public let foldedOperations: Int
     /// The horizon before and after: every operation up to it lives only in the base snapshot.
     public let previousHorizon: UInt64
+    /// The horizon after this compaction.
     public let horizon: UInt64
     /// Operations left in the log.
     public let remainingOperations: Int
@@ -61,10 +63,10 @@ extension Store {
     /// history and time travel after the horizon are unchanged.
     ///
     /// - Rows, `pending`, indexes and views are not touched: they already are the fold of the
-    ///   whole log. ``rebuild(progress:)``, ``verify(progress:)`` and ``replay(into:through:)``
+    ///   whole log. ``rebuild(progress:)``, ``verify(progress:)`` and ``replay(into:through:progress:)``
     ///   start from the base snapshot.
     /// - ``Snapshot/history(_:key:)`` returns the operations after the horizon;
-    ///   ``Snapshot/row(_:key:asOf:includingDeleted:)`` and ``replay(into:through:)`` before it
+    ///   ``Snapshot/row(_:key:asOf:includingDeleted:)`` and ``replay(into:through:progress:)`` before it
     ///   throw ``StrataError/Code-swift.struct/compacted``.
     /// - The space the removed operations used is reused by later writes, so the file stops
     ///   growing; to shrink the file itself, call ``Store/reclaimSpace(at:)`` with the store closed.
@@ -236,12 +238,12 @@ extension Transaction {
     ///
     /// For code that will read a stretch of history later: the sync client pins the operations
     /// made while an upload batch is in flight, since its acknowledgement must see them.
-    public func pinLog(_ name: String, after lsn: UInt64) throws {
+    package func pinLog(_ name: String, after lsn: UInt64) throws {
         try txn.setMeta(MetaKey.pinPrefix + name, lsn, in: views)
     }
 
     /// Removes the log pin `name`; nothing happens when there is none.
-    public func unpinLog(_ name: String) throws {
+    package func unpinLog(_ name: String) throws {
         let txn = try self.txn
         try lmdb { () throws(LMDBError) in try txn.delete(Array((MetaKey.pinPrefix + name).utf8), in: views.meta) }
     }
@@ -254,8 +256,9 @@ extension Snapshot {
         get throws { try txn.horizon(in: views) }
     }
 
-    /// The log pins (see ``Transaction/pinLog(_:after:)``): name → LSN after which compaction
-    /// keeps every operation.
+    /// The log pins: name → LSN after which compaction keeps every operation. `StrataSync`
+    /// sets one while an upload batch is in flight, since its acknowledgement must see the
+    /// operations merged meanwhile.
     public var logPins: [String: UInt64] {
         get throws {
             var pins: [String: UInt64] = [:]

@@ -9,7 +9,7 @@ import Musl
 import Darwin
 #endif
 
-/// What ``Store/verify()`` found.
+/// What ``Store/verify(progress:)`` found.
 public struct VerifyReport: Sendable, CustomStringConvertible {
     /// One entry that differs between the live views and the views rebuilt from the log.
     public struct Difference: Sendable, Hashable, CustomStringConvertible {

@@ -126,7 +126,7 @@ extension Store {
     /// ``reclaimSpace(at:)``, without reclaiming anything): lets a caller find out before it
     /// changes anything that a reclaim would be refused. Another process may open the store
     /// right after the check; `reclaimSpace` checks again.
-    public static func checkNotOpen(at path: String) throws(StrataError) {
+    package static func checkNotOpen(at path: String) throws(StrataError) {
         guard FileManager.default.fileExists(atPath: path + "/data.mdb") else {
             throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
         }

@@ -5,7 +5,9 @@ import LMDB
 public struct SalvageReport: Sendable, CustomStringConvertible {
     /// A row whose history lost operations: it was rebuilt from the operations after the gap.
     public struct RowGap: Sendable, CustomStringConvertible {
+        /// The row's table.
         public var table: String
+        /// The row's primary key.
         public var key: RowKey
         /// The first operation kept for the row; the one it names as its predecessor is lost.
         public var keptFrom: UInt64

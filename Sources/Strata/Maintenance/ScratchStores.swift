@@ -3,7 +3,7 @@ import Foundation
 extension Store {
     /// The prefix of every scratch store's folder in the temporary directory:
     /// `strata-scratch-<pid>-<purpose>-<uuid>`, where `<pid>` is the process that owns it.
-    public static let scratchPrefix = "strata-scratch-"
+    package static let scratchPrefix = "strata-scratch-"
 
     /// A new, not yet existing folder path in the temporary directory for a scratch store
     /// (``verify(progress:)`` uses one; so do the `strata` command's `show --as-of`). Its name
@@ -11,7 +11,7 @@ extension Store {
     /// or was killed is removed by ``sweepScratchStores()``, which runs first.
     ///
     /// The caller removes the folder when done.
-    public static func newScratchFolder(_ purpose: String) -> String {
+    package static func newScratchFolder(_ purpose: String) -> String {
         sweepScratchStores()
         let name = "\(scratchPrefix)\(getpid())-\(purpose)-\(UUID().uuidString)"
         return FileManager.default.temporaryDirectory.appendingPathComponent(name).path
@@ -22,7 +22,7 @@ extension Store {
     ///
     /// - Complexity: O(e) for e entries in the temporary directory.
     @discardableResult
-    public static func sweepScratchStores() -> Int {
+    package static func sweepScratchStores() -> Int {
         let tmp = FileManager.default.temporaryDirectory
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: tmp.path) else { return 0 }
         var removed = 0

@@ -4,19 +4,31 @@
 /// let due: Condition = .and([.equals("done", false), .lessThan("priority", 3), .isNotNull("notes")])
 /// ```
 public indirect enum Condition: Sendable, Hashable, Codable {
+    /// The field equals the value (`equals(field, nil)` matches a null field).
     case equals(String, Value)
+    /// The field differs from the value (a null field differs from every non-null value).
     case notEquals(String, Value)
+    /// The field is less than the value; a null field never matches.
     case lessThan(String, Value)
+    /// The field is less than or equal to the value; a null field never matches.
     case lessOrEqual(String, Value)
+    /// The field is greater than the value; a null field never matches.
     case greaterThan(String, Value)
+    /// The field is greater than or equal to the value; a null field never matches.
     case greaterOrEqual(String, Value)
     /// `low ≤ field ≤ high`.
     case between(String, Value, Value)
+    /// The field equals one of the values.
     case isIn(String, [Value])
+    /// The field is null.
     case isNull(String)
+    /// The field holds a value.
     case isNotNull(String)
+    /// Every condition holds (an empty list always holds).
     case and([Condition])
+    /// At least one condition holds.
     case or([Condition])
+    /// The condition does not hold.
     case not(Condition)
 
     /// Whether `row` satisfies the condition. Comparisons use ``Value/order(_:_:)``; a null field

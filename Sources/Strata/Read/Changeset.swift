@@ -32,13 +32,19 @@ public struct Changeset: Sendable, Hashable {
 
     /// One pending row of a changeset.
     public struct Change: Sendable, Hashable {
+        /// How the row is to be uploaded.
         public enum Kind: UInt8, Sendable {
+            /// Inserted locally: the row's values.
             case insert = 1
+            /// Changed fields, with their originals.
             case update = 2
+            /// Deleted locally: the server's values as originals.
             case delete = 3
         }
 
+        /// The row's primary key.
         public let key: RowKey
+        /// Whether the row is a pending insert, update or delete.
         public let kind: Kind
         /// Whether the row holds an unresolved conflict (the sync client holds such rows back).
         public let isConflicted: Bool

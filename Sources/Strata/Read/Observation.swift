@@ -7,13 +7,17 @@ public struct RowChangeEvent: Sendable, Hashable {
     public enum Kind: String, Sendable, Hashable {
         /// The row appeared (inserted, restored, or revived).
         case inserted
+        /// Fields of the row changed.
         case updated
         /// The row disappeared from reads (removed, or deleted locally pending upload).
         case deleted
     }
 
+    /// The table of the row.
     public let table: String
+    /// The row's primary key.
     public let key: RowKey
+    /// What happened to the row.
     public let kind: Kind
     /// Whether the change was made on this device or came from the server.
     public let origin: LogEntry.Origin

@@ -6,7 +6,7 @@ extension Snapshot {
     ///
     /// Found by folding the row's own operations (its chain through the log) up to `lsn`, from
     /// its base state when the store was compacted; for a whole table as of an LSN, see
-    /// ``Store/replay(into:through:)``.
+    /// ``Store/replay(into:through:progress:)``.
     ///
     /// - Throws: ``StrataError`` `compacted` when `lsn` is before the compaction horizon
     ///   (``Snapshot/horizon``).

@@ -1,6 +1,6 @@
 import LMDB
 
-/// A consistent, read-only view of the store, lent by ``Store/read(_:)`` (or by
+/// A consistent, read-only view of the store, lent by ``Store/read(_:)-glxe`` (or by
 /// ``Transaction/snapshot``, where it also sees the transaction's own edits).
 ///
 /// Everything it returns is a copy that may outlive it; the snapshot itself never leaves its

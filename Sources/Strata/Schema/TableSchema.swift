@@ -11,6 +11,7 @@ public struct FieldDefinition: Codable, Sendable, Hashable {
     /// is stored as a double, as edits and merges convert it: `.double("balance", default: 0)`.
     public var defaultValue: Value? { didSet { if let d = defaultValue, case .int = d { defaultValue = Self.converted(d, type) } } }
 
+    /// A field named `name` of type `type`; `default` is the value an insert stores when the field is not given.
     public init(_ name: String, _ type: ValueType, nullable: Bool = false, default defaultValue: Value? = nil) {
         self.name = name
         self.type = type
@@ -24,11 +25,17 @@ public struct FieldDefinition: Codable, Sendable, Hashable {
         return value
     }
 
+    /// A bool field named `name`.
     public static func bool(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .bool, nullable: nullable, default: d) }
+    /// An int (`Int64`) field named `name`.
     public static func int(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .int, nullable: nullable, default: d) }
+    /// A double field named `name`.
     public static func double(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .double, nullable: nullable, default: d) }
+    /// A string field named `name`.
     public static func string(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .string, nullable: nullable, default: d) }
+    /// A bytes (BLOB) field named `name`.
     public static func bytes(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .bytes, nullable: nullable, default: d) }
+    /// A timestamp field named `name`.
     public static func timestamp(_ name: String, nullable: Bool = false, default d: Value? = nil) -> Self { Self(name, .timestamp, nullable: nullable, default: d) }
 }
 
@@ -46,17 +53,24 @@ public struct FieldDefinition: Codable, Sendable, Hashable {
 /// let settings = TableSchema.propertyBag("settings", key: [.string("name")])
 /// ```
 public struct TableSchema: Codable, Sendable, Hashable {
+    /// Whether a table has typed fields or takes any field.
     public enum Mode: String, Codable, Sendable {
-        case fixed, propertyBag
+        /// Typed fields, all declared.
+        case fixed
+        /// Declared key fields; any other field, of any type.
+        case propertyBag
     }
 
+    /// The table's name, unique in the store.
     public var name: String
+    /// Whether the table is fixed or a property bag.
     public var mode: Mode
     /// All fields of a fixed table; the key fields of a property bag.
     public var fields: [FieldDefinition]
     /// The names of the primary key fields, in key order.
     public var primaryKey: [String]
 
+    /// A table definition; ``fixed(_:primaryKey:fields:)`` and ``propertyBag(_:key:)`` are the usual ways to make one.
     public init(name: String, mode: Mode, fields: [FieldDefinition], primaryKey: [String]) {
         self.name = name
         self.mode = mode

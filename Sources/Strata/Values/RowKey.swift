@@ -7,7 +7,9 @@ public struct RowKey: Hashable, Sendable, CustomStringConvertible {
     /// The key's components, in the order of the table's primary key fields.
     public var values: [Value]
 
+    /// A key of several values, in the order of the table's primary key fields.
     public init(_ values: [Value]) { self.values = values }
+    /// A key of one value.
     public init(_ value: Value) { self.values = [value] }
 
     public var description: String {

@@ -2,7 +2,18 @@ import Foundation
 
 /// The type of a non-null ``Value``.
 public enum ValueType: String, Sendable, Codable, CaseIterable, CustomStringConvertible {
-    case bool, int, double, string, bytes, timestamp
+    /// ``Value/bool(_:)``.
+    case bool
+    /// ``Value/int(_:)``: a 64-bit signed integer.
+    case int
+    /// ``Value/double(_:)``: a 64-bit floating-point number.
+    case double
+    /// ``Value/string(_:)``.
+    case string
+    /// ``Value/bytes(_:)``: a BLOB.
+    case bytes
+    /// ``Value/timestamp(_:)``: a point in time.
+    case timestamp
 
     public var description: String { rawValue }
 }
@@ -21,11 +32,17 @@ public enum ValueType: String, Sendable, Codable, CaseIterable, CustomStringConv
 /// `[String: Value]` stores `.null` rather than removing the key: the conditional's type is
 /// `Value`. Use `removeValue(forKey:)` to remove.
 public enum Value: Sendable, Hashable {
+    /// No value.
     case null
+    /// A boolean.
     case bool(Bool)
+    /// A 64-bit signed integer.
     case int(Int64)
+    /// A 64-bit floating-point number; never NaN or infinite in a store.
     case double(Double)
+    /// Text, compared by its UTF-8 bytes.
     case string(String)
+    /// Raw bytes (a BLOB).
     case bytes([UInt8])
     /// A point in time, stored with the full precision of `Date`.
     case timestamp(Date)
@@ -43,9 +60,12 @@ public enum Value: Sendable, Hashable {
         }
     }
 
+    /// Whether the value is ``null``.
     public var isNull: Bool { if case .null = self { true } else { false } }
 
+    /// The boolean, or `nil` when the value is not a bool.
     public var boolValue: Bool? { if case .bool(let b) = self { b } else { nil } }
+    /// The integer, or `nil` when the value is not an int.
     public var intValue: Int64? { if case .int(let i) = self { i } else { nil } }
     /// The value as a `Double`: a double, or an int converted.
     public var doubleValue: Double? {
@@ -55,8 +75,11 @@ public enum Value: Sendable, Hashable {
         default: nil
         }
     }
+    /// The text, or `nil` when the value is not a string.
     public var stringValue: String? { if case .string(let s) = self { s } else { nil } }
+    /// The bytes, or `nil` when the value is not bytes.
     public var bytesValue: [UInt8]? { if case .bytes(let b) = self { b } else { nil } }
+    /// The date, or `nil` when the value is not a timestamp.
     public var dateValue: Date? { if case .timestamp(let d) = self { d } else { nil } }
 
     public static func == (lhs: Value, rhs: Value) -> Bool {

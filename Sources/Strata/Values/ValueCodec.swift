@@ -130,6 +130,11 @@ extension Value {
 
 /// The store's binary value encoding, for code that records values in its own records (such as
 /// the sync layer's audit annotations).
+///
+/// Not part of the public API: it is `@_spi(ValueCoding)`, for StrataSync and for the SQLite peers
+/// of `Benchmarks/` (a separate package), which encode their payloads in the same format so that
+/// the comparison is fair. Import it with `@_spi(ValueCoding) import Strata`.
+@_spi(ValueCoding)
 public enum ValueCoding {
     /// Appends the canonical encoding of `value`.
     public static func append(_ value: Value, to bytes: inout [UInt8]) {

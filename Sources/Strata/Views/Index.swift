@@ -12,9 +12,13 @@ struct IndexInfo: Sendable, Codable, Hashable {
 
 /// An index the app declared, as ``Snapshot/indexes(_:)`` lists it.
 public struct IndexDefinition: Sendable, Hashable {
+    /// The index's name, unique in the store.
     public let name: String
+    /// The table it indexes.
     public let table: String
+    /// The indexed fields, in index order.
     public let fields: [String]
+    /// Whether no two rows may hold the same values in the indexed fields.
     public let unique: Bool
 }
 

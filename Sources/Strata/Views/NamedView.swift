@@ -9,7 +9,9 @@ struct ViewInfo: Sendable, Codable, Hashable {
 
 /// A named view as ``Snapshot/namedViews`` lists it.
 public struct ViewDefinition: Sendable, Hashable {
+    /// The view's name, unique in the store.
     public let name: String
+    /// The query the view keeps materialized.
     public let query: Query
 }
 

@@ -12,10 +12,12 @@ public struct FieldValues: Sendable, Sequence, ExpressibleByDictionaryLiteral {
         pairs = elements.map { (name: $0.0, value: $0.1) }
     }
 
+    /// Fields in the order given.
     public init(_ pairs: [(String, Value)]) {
         self.pairs = pairs.map { (name: $0.0, value: $0.1) }
     }
 
+    /// The fields of a dictionary, sorted by name.
     public init(_ dictionary: [String: Value]) {
         pairs = dictionary.sorted { $0.key < $1.key }.map { (name: $0.key, value: $0.value) }
     }

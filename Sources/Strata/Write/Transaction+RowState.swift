@@ -2,34 +2,34 @@ import LMDB
 
 /// The complete state of a row as sync code computes it: per field the original (server) and
 /// current values, and the row's flags. See ``Transaction/setRowState(_:key:_:kind:origin:annotation:)``.
-public struct RowState: Sendable, Hashable {
+package struct RowState: Sendable, Hashable {
     /// A field's original (server-confirmed) and current value.
-    public struct Field: Sendable, Hashable {
+    package struct Field: Sendable, Hashable {
         /// The value the server last confirmed; for a field in conflict, the server's value.
-        public var original: Value
-        public var current: Value
+        package var original: Value
+        package var current: Value
         /// Whether a merge left this field in conflict (see ``Row/conflictingFields``). Only a
         /// conflicted row has such fields; a field in conflict is kept even when both values are null.
-        public var isInConflict: Bool
-        public init(original: Value, current: Value, isInConflict: Bool = false) {
+        package var isInConflict: Bool
+        package init(original: Value, current: Value, isInConflict: Bool = false) {
             self.original = original
             self.current = current
             self.isInConflict = isInConflict
         }
         /// A field the server and the device agree on.
-        public static func clean(_ value: Value) -> Field { Field(original: value, current: value) }
+        package static func clean(_ value: Value) -> Field { Field(original: value, current: value) }
     }
 
     /// The non-key fields; a field not listed is null on both sides.
-    public var fields: [String: Field]
+    package var fields: [String: Field]
     /// Inserted locally and not yet acknowledged (originals are then ignored).
-    public var isInserted: Bool
+    package var isInserted: Bool
     /// Deleted locally and not yet acknowledged.
-    public var isDeleted: Bool
+    package var isDeleted: Bool
     /// Holds a conflict the app has not resolved; the batcher holds it back.
-    public var isConflicted: Bool
+    package var isConflicted: Bool
 
-    public init(fields: [String: Field] = [:], isInserted: Bool = false, isDeleted: Bool = false, isConflicted: Bool = false) {
+    package init(fields: [String: Field] = [:], isInserted: Bool = false, isDeleted: Bool = false, isConflicted: Bool = false) {
         self.fields = fields
         self.isInserted = isInserted
         self.isDeleted = isDeleted
@@ -37,7 +37,7 @@ public struct RowState: Sendable, Hashable {
     }
 
     /// The state of a stored row (key fields left out).
-    public init(_ row: Row) {
+    package init(_ row: Row) {
         var fields: [String: Field] = [:]
         let key = Set(row.keyFieldNames)
         let conflicting = Set(row.conflictingFields)
@@ -49,14 +49,14 @@ public struct RowState: Sendable, Hashable {
     }
 
     /// The current value of `field`.
-    public subscript(field: String) -> Value { fields[field]?.current ?? .null }
+    package subscript(field: String) -> Value { fields[field]?.current ?? .null }
 
     /// The fields in conflict, sorted.
-    public var conflictingFields: [String] { fields.filter(\.value.isInConflict).keys.sorted() }
+    package var conflictingFields: [String] { fields.filter(\.value.isInConflict).keys.sorted() }
 
     /// Drops every field's conflict mark and the row's conflict flag; fields left null on both
     /// sides are dropped.
-    public mutating func clearConflict() {
+    package mutating func clearConflict() {
         isConflicted = false
         for (f, field) in fields where field.isInConflict {
             fields[f]!.isInConflict = false
@@ -75,7 +75,7 @@ extension Transaction {
     ///
     /// - Throws: ``StrataError`` `fieldNotFound`, `typeMismatch` (originals may be null; currents
     ///   must fit the field), `nullNotAllowed`.
-    public func setRowState(
+    package func setRowState(
         _ table: String, key: RowKey, _ state: RowState?, kind: LogEntry.Kind, origin: LogEntry.Origin, annotation: [UInt8] = []
     ) throws {
         var t = try catalog.table(named: table)

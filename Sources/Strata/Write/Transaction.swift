@@ -1,7 +1,7 @@
 import Foundation
 import LMDB
 
-/// A write transaction, lent by ``Store/write(_:)``. It never leaves that closure.
+/// A write transaction, lent by ``Store/write(_:)-2j629``. It never leaves that closure.
 ///
 /// Each edit validates its input completely before writing anything, then appends one operation
 /// to the log and updates the views. An edit that fails throws a ``StrataError`` and leaves the
@@ -270,14 +270,14 @@ public final class Transaction {
     }
 
     /// A field that ``applyServerValues(_:key:_:kind:annotation:)`` set: its value before and after.
-    public struct ReplacedValue: Sendable, Hashable {
-        public let field: String
-        public let old: Value
-        public let new: Value
+    package struct ReplacedValue: Sendable, Hashable {
+        package let field: String
+        package let old: Value
+        package let new: Value
     }
 
     /// What ``applyServerValues(_:key:_:kind:annotation:)`` did.
-    public enum ServerValuesResult: Sendable, Hashable {
+    package enum ServerValuesResult: Sendable, Hashable {
         /// The row does not exist or has local changes (it is pending or conflicted), or a value
         /// names a field the table does not have yet: nothing was written. The caller decides
         /// field by field and writes with ``setRowState(_:key:_:kind:origin:annotation:)``.
@@ -301,7 +301,7 @@ public final class Transaction {
     ///
     /// - Throws: ``StrataError`` `tableNotFound`, `invalidKey`, `typeMismatch`; whatever
     ///   `annotation` throws. On a throw nothing is written.
-    public func applyServerValues(
+    package func applyServerValues(
         _ table: String, key: RowKey, _ values: [String: Value], kind: LogEntry.Kind,
         annotation: ([ReplacedValue]) throws -> [UInt8]
     ) throws -> ServerValuesResult {

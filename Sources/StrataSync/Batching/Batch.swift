@@ -2,12 +2,21 @@ import Strata
 
 /// One row's coalesced change in an upload.
 public struct RowChange: Sendable, Codable, Hashable {
+    /// What the server is asked to do with the row.
     public enum Kind: String, Sendable, Codable {
-        case insert, update, delete
+        /// A row new to the server.
+        case insert
+        /// Changed fields of a row the server has.
+        case update
+        /// A row to delete on the server.
+        case delete
     }
 
+    /// The row's table.
     public var table: String
+    /// The row's primary key (the client's, until the server replaces it).
     public var key: RowKey
+    /// Whether the row is to be inserted, updated or deleted.
     public var kind: Kind
     /// Insert: every field that holds a value. Update: the new value of each changed field.
     /// Delete: nothing.
@@ -16,6 +25,7 @@ public struct RowChange: Sendable, Codable, Hashable {
     /// Delete: every field's original value. Insert: nothing.
     public var originals: [String: Value]
 
+    /// A change of one row; see ``values`` and ``originals`` for what each kind carries.
     public init(table: String, key: RowKey, kind: Kind, values: [String: Value] = [:], originals: [String: Value] = [:]) {
         self.table = table
         self.key = key
@@ -42,6 +52,7 @@ public struct RowChange: Sendable, Codable, Hashable {
 public struct Batch: Sendable, Codable, Hashable {
     /// `clientID` and `number`, as `"<clientID>-<number>"`.
     public var id: String
+    /// The client id of the store that made the batch.
     public var clientID: String
     /// Counts up from 1 per client.
     public var number: UInt64
@@ -51,6 +62,7 @@ public struct Batch: Sendable, Codable, Hashable {
 
     private enum CodingKeys: String, CodingKey { case id, clientID, number, changes }
 
+    /// A batch; ``SyncClient/nextBatch(maxRows:maxBytes:)`` makes them.
     public init(id: String, clientID: String, number: UInt64, changes: [RowChange]) {
         self.id = id
         self.clientID = clientID
@@ -73,10 +85,14 @@ public struct Batch: Sendable, Codable, Hashable {
 /// Declared associations order uploads (parents inserted before children, children deleted before
 /// parents) and let a server-assigned key replace a client-generated one everywhere it is used.
 public struct Association: Sendable, Hashable, Codable {
+    /// The table whose rows refer to the parent.
     public var child: String
+    /// The field of the child table that holds the parent's key.
     public var field: String
+    /// The table referred to.
     public var parent: String
 
+    /// A reference from `child.field` to the primary key of `parent`.
     public init(child: String, field: String, parent: String) {
         self.child = child
         self.field = field
@@ -86,10 +102,12 @@ public struct Association: Sendable, Hashable, Codable {
 
 /// The server's answer to a batch, row by row.
 public struct BatchAck: Sendable, Codable, Hashable {
+    /// The ``Batch/id`` of the batch this acknowledges.
     public var batchID: String
     /// One result for every change of the batch.
     public var results: [RowResult]
 
+    /// An acknowledgement of the batch `batchID`.
     public init(batchID: String, results: [RowResult]) {
         self.batchID = batchID
         self.results = results
@@ -107,6 +125,7 @@ public struct BatchAck: Sendable, Codable, Hashable {
 
 /// The server's answer for one row.
 public struct RowResult: Sendable, Codable, Hashable {
+    /// Whether the server applied the row.
     public enum Status: String, Sendable, Codable {
         /// Applied. The server may return values it assigned and a key replacing the client's.
         case ok
@@ -116,16 +135,21 @@ public struct RowResult: Sendable, Codable, Hashable {
         case error
     }
 
+    /// The row's table.
     public var table: String
+    /// The row's primary key, as the batch sent it.
     public var key: RowKey
+    /// Whether the row was applied, in conflict, or refused.
     public var status: Status
     /// With `ok`: fields the server set itself (timestamps, computed values). With an update
     /// error and the `rollback` action: the server's current values.
     public var serverValues: [String: Value]?
     /// With `ok` for an insert: the server's key, replacing the client-generated one.
     public var newKey: RowKey?
+    /// Why the row was refused, and what to do; set when ``status`` is ``Status/error``.
     public var error: RowError?
 
+    /// A result for one row of a batch.
     public init(table: String, key: RowKey, status: Status, serverValues: [String: Value]? = nil, newKey: RowKey? = nil, error: RowError? = nil) {
         self.table = table
         self.key = key
@@ -135,6 +159,7 @@ public struct RowResult: Sendable, Codable, Hashable {
         self.error = error
     }
 
+    /// An `ok` result: the row was applied.
     public static func ok(_ table: String, _ key: RowKey, serverValues: [String: Value]? = nil, newKey: RowKey? = nil) -> RowResult {
         RowResult(table: table, key: key, status: .ok, serverValues: serverValues, newKey: newKey)
     }
@@ -174,9 +199,12 @@ public struct RowError: Sendable, Codable, Hashable {
         case setAside
     }
 
+    /// Why the server refused the row, for logs and for the app.
     public var reason: String
+    /// What the client does with the row.
     public var action: Action
 
+    /// A refusal with its reason and action.
     public init(reason: String, action: Action) {
         self.reason = reason
         self.action = action
@@ -194,9 +222,13 @@ public struct RowError: Sendable, Codable, Hashable {
 
 /// A row the server refused and the client set aside.
 public struct RejectedRow: Sendable, Codable, Hashable {
+    /// The row's table.
     public var table: String
+    /// The row's primary key.
     public var key: RowKey
+    /// The change the server refused.
     public var kind: RowChange.Kind
+    /// Why the server refused it.
     public var reason: String
     /// The batch that carried it.
     public var batchID: String

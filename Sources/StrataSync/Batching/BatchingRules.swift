@@ -53,7 +53,7 @@ enum BatchingRules {
 
     /// Table names with parents before children.
     ///
-    /// - Throws: ``StrataError`` `invalidSchema` naming the cycle when associations form one.
+    /// - Throws: `StrataError` `invalidSchema` naming the cycle when associations form one.
     static func tableOrder(_ tables: [String], _ associations: [Association]) throws -> [String] {
         var parents: [String: Set<String>] = [:]
         for a in associations where a.child != a.parent { parents[a.child, default: []].insert(a.parent) }

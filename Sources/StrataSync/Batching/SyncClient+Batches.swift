@@ -5,13 +5,17 @@ import Strata
 public struct AckReport: Sendable, Hashable {
     /// The ack repeated one already applied, and was ignored.
     public var duplicate = false
+    /// Rows the server applied; their sent values became the originals.
     public var acknowledged = 0
     /// Rows the server reported in conflict: pull and merge, then they go up again.
     public var conflicts = 0
     /// Rows left pending to be sent again (`retry`, `recreate`).
     public var retried = 0
+    /// Refused inserts removed locally (`drop`).
     public var dropped = 0
+    /// Refused updates returned to the server's values (`rollback`).
     public var rolledBack = 0
+    /// Refused rows set aside until the app retries or discards them (`setAside`).
     public var setAside = 0
     /// Rows whose client key the server replaced.
     public var rekeyed = 0
@@ -39,7 +43,7 @@ extension SyncClient {
     /// The batch is stored before it is returned, so after a crash or a lost response the same
     /// batch is sent again. Edits made while it is in flight go into a later batch.
     ///
-    /// - Throws: ``StrataError`` `invalidSchema` when the associations form a cycle.
+    /// - Throws: `StrataError` `invalidSchema` when the associations form a cycle.
     public func nextBatch(maxRows: Int = 500, maxBytes: Int = 1 << 20) throws -> Batch? {
         try nextBatch(maxRows: maxRows, maxBytes: maxBytes, excluding: [])
     }
@@ -135,7 +139,7 @@ extension SyncClient {
     /// Applies the server's answer to the batch in flight, row by row, in one transaction, and
     /// ends the batch. An ack for a batch already acknowledged is recognised and ignored.
     ///
-    /// - Throws: ``StrataError`` `invalidOperation` for an ack that does not match the batch in
+    /// - Throws: `StrataError` `invalidOperation` for an ack that does not match the batch in
     ///   flight: another batch id, a missing, extra or repeated row result, an error without a
     ///   reason, or an action that does not fit the change (drop/recreate for inserts, retry for
     ///   updates and deletes, rollback for updates). Nothing changes then.

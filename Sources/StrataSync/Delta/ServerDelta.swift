@@ -23,9 +23,12 @@ public struct ServerDelta: Sendable, Codable, Hashable {
     public var since: String?
     /// The anchor to store once the delta is merged; the next pull asks from here.
     public var anchor: String
+    /// Whether the delta lists changes or holds whole tables.
     public var mode: Mode
+    /// The changes, per table.
     public var tables: [TableDelta]
 
+    /// A delta from anchor `since` to anchor `anchor`.
     public init(since: String? = nil, anchor: String, mode: Mode = .incremental, tables: [TableDelta]) {
         self.since = since
         self.anchor = anchor
@@ -47,6 +50,7 @@ public struct ServerDelta: Sendable, Codable, Hashable {
 
 /// The changes of one table in a ``ServerDelta``.
 public struct TableDelta: Sendable, Codable, Hashable {
+    /// The table's name.
     public var table: String
     /// Rows created or changed on the server. A row lists its key fields and the fields it sets;
     /// fields it does not list are unchanged on the server.
@@ -54,6 +58,7 @@ public struct TableDelta: Sendable, Codable, Hashable {
     /// Keys of rows deleted on the server.
     public var deletes: [RowKey]
 
+    /// The changes of `table`.
     public init(_ table: String, upserts: [ServerRow] = [], deletes: [RowKey] = []) {
         self.table = table
         self.upserts = upserts
@@ -82,6 +87,7 @@ public struct ServerRow: Sendable, Codable, Hashable {
     /// time of the last local edit.
     public var timestamp: Date?
 
+    /// A row as the server sends it: its key fields and the fields it sets.
     public init(_ fields: [String: Value], version: String? = nil, timestamp: Date? = nil) {
         self.fields = fields
         self.version = version

@@ -4,7 +4,7 @@ import Strata
 /// How a merge settles a conflict: a field (or a whole row) changed both on this device and on
 /// the server, to different results, since the server last confirmed it.
 ///
-/// Choose one per ``SyncClient`` (the default), per table, and per ``SyncClient/merge(_:policy:)``
+/// Choose one per ``SyncClient`` (the default), per table, and per ``SyncClient/merge(_:policy:dryRun:)``
 /// call; the most specific wins.
 public enum ConflictPolicy: Sendable {
     /// The server's values replace the local ones. The local values stay in the audit record.
@@ -48,8 +48,11 @@ public struct Conflict: Sendable, Hashable {
         case localDeleteServerUpdate = 4
     }
 
+    /// The row's table.
     public let table: String
+    /// The row's primary key.
     public let key: RowKey
+    /// What collided.
     public let kind: Kind
     /// The fields that differ (for a delete conflict, every field the surviving side has).
     public let fields: [String]

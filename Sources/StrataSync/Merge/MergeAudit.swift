@@ -1,7 +1,7 @@
-import Strata
+@_spi(ValueCoding) import Strata
 
 /// The audit record a merge writes with each server operation: what the server sent, what was
-/// local, and what was chosen. Read it back from a ``LogEntry`` with ``init(_:)``.
+/// local, and what was chosen. Read it back from a `LogEntry` with ``init(_:)``.
 public struct MergeAudit: Sendable, Hashable {
     /// The anchor of the delta that caused the operation.
     public var anchor: String

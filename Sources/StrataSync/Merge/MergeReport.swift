@@ -4,9 +4,13 @@ import Strata
 public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
     /// One conflict and how it was settled.
     public struct ConflictRecord: Sendable, Hashable {
+        /// The row's table.
         public let table: String
+        /// The row's primary key.
         public let key: RowKey
+        /// What collided.
         public let kind: Conflict.Kind
+        /// The fields in conflict.
         public let fields: [String]
         /// `server`, `local`, `merged` or `deferred`.
         public let resolution: String

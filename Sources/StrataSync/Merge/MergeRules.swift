@@ -10,6 +10,7 @@ enum ServerChange: Sendable {
 
 /// One field's fate in a merge, as recorded in the audit.
 public struct FieldDecision: Sendable, Hashable {
+    /// How the merge settled the field.
     public enum Outcome: UInt8, Sendable, Hashable {
         /// Changed only on the server: the server's value was taken.
         case takeServer = 1
@@ -27,11 +28,15 @@ public struct FieldDecision: Sendable, Hashable {
         case conflictDeferred = 7
     }
 
+    /// The field's name.
     public let field: String
     /// The value the server last confirmed before the merge (`nil` for a row inserted on both sides).
     public let base: Value?
+    /// The local current value before the merge.
     public let local: Value
+    /// The value the server sent.
     public let server: Value
+    /// How the field was settled.
     public let outcome: Outcome
 }
 

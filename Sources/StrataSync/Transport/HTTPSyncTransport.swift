@@ -20,7 +20,7 @@ import Strata
 /// - Every request carries `Authorization: Bearer <token>`.
 ///
 /// Errors say what happened: a server that cannot be reached or times out, or a 5xx, is
-/// ``StrataError`` `io` (worth retrying); a refused token (401) or another client's id (403) is
+/// `StrataError` `io` (worth retrying); a refused token (401) or another client's id (403) is
 /// `invalidOperation`; a request the server finds malformed (400, 413) or an answer that is not
 /// the wire format is `malformedInput`. A 410 (the server no longer knows the client, or its
 /// anchor expired) is ``ResetRequired``.
@@ -36,7 +36,11 @@ public struct HTTPSyncTransport: SyncTransport {
     private let session: URLSession
 
     /// - Parameters:
+    ///   - server: the server's base URL, such as `http://127.0.0.1:8080`.
+    ///   - token: the bearer token that stands for this client (`strata-server token create`).
     ///   - timeout: seconds a request may take before it fails with `io`.
+    ///   - pageSize: rows per page of a pull.
+    ///   - maxPages: the most pages one pull fetches; a pull that would need more throws.
     public init(server: URL, token: String, timeout: TimeInterval = 30, pageSize: Int = 1000, maxPages: Int = 10_000) {
         precondition(pageSize > 0 && maxPages > 0, "pageSize and maxPages must be positive")
         self.server = server
@@ -53,7 +57,7 @@ public struct HTTPSyncTransport: SyncTransport {
     /// Pulls every change since `anchor` (`nil`: a snapshot of every table), page by page, as one
     /// delta.
     ///
-    /// - Throws: ``ResetRequired``, or ``StrataError`` as described on the type.
+    /// - Throws: ``ResetRequired``, or `StrataError` as described on the type.
     /// - Complexity: one request per `pageSize` rows.
     public func pull(since anchor: String?) async throws -> ServerDelta {
         var combined: ServerDelta?
@@ -99,7 +103,7 @@ public struct HTTPSyncTransport: SyncTransport {
 
     /// Uploads a batch and returns the server's acknowledgement.
     ///
-    /// - Throws: ``StrataError`` as described on the type.
+    /// - Throws: `StrataError` as described on the type.
     public func push(_ batch: Batch) async throws -> BatchAck {
         let (data, _) = try await send("POST", "v1/batches", body: try WireFormat.encode(batch))
         let ack: BatchAck

@@ -2,7 +2,7 @@ import Foundation
 import Strata
 
 /// How a client reaches its server. The transport is the app's (HTTP, WebSocket, …); Strata
-/// ships ``InMemorySyncServer`` for tests and examples.
+/// ships `InMemorySyncServer` (in the `StrataTesting` product) for tests and examples.
 public protocol SyncTransport: Sendable {
     /// The changes since `anchor` (`nil`: everything).
     func pull(since anchor: String?) async throws -> ServerDelta
@@ -30,6 +30,7 @@ public struct ResetRequired: Error, Sendable, Hashable, CustomStringConvertible 
     /// The server's own words, for logs.
     public var message: String
 
+    /// A reset request for `reason`, with the server's message.
     public init(_ reason: Reason, message: String = "") {
         self.reason = reason
         self.message = message
@@ -42,13 +43,34 @@ public struct ResetRequired: Error, Sendable, Hashable, CustomStringConvertible 
 
 /// Where a sync stands, for a progress bar.
 public struct SyncProgress: Sendable, Hashable {
-    public enum Phase: String, Sendable { case pull, merge, push }
-    public enum Status: String, Sendable { case inProgress, ok, error, complete }
+    /// A step of a sync round.
+    public enum Phase: String, Sendable {
+        /// Fetching the delta since the stored anchor.
+        case pull
+        /// Merging it into the store.
+        case merge
+        /// Uploading batches and applying their acknowledgements.
+        case push
+    }
+    /// Where a phase stands.
+    public enum Status: String, Sendable {
+        /// Under way; the counts say how far.
+        case inProgress
+        /// The pull or the merge finished.
+        case ok
+        /// A transport call failed; it is retried, or its error is thrown.
+        case error
+        /// Every batch was uploaded and acknowledged.
+        case complete
+    }
 
+    /// The phase this report is about.
     public var phase: Phase
+    /// Where the phase stands.
     public var status: Status
     /// Per table: rows to process in this phase, and rows processed so far.
     public var total: [String: Int] = [:]
+    /// Per table: rows processed so far in this phase.
     public var processed: [String: Int] = [:]
 
     /// Rows still to process, per table.
@@ -82,8 +104,11 @@ public struct ClientResetReport: Sendable {
 
 /// What a ``SyncClient/sync(with:maxAttempts:backoff:maxBatchRows:maxBatchBytes:onReset:progress:)`` call did.
 public struct SyncReport: Sendable {
+    /// What the pull's merge did (empty after a client reset: see ``reset``).
     public var merge = MergeReport()
+    /// Batches uploaded and acknowledged.
     public var batches = 0
+    /// What each acknowledgement did, in upload order.
     public var acks: [AckReport] = []
     /// Transport calls that failed and were tried again.
     public var retries = 0
@@ -109,11 +134,16 @@ extension SyncClient {
     /// ``ClientResetPolicy/fail`` the error is thrown instead and nothing is changed.
     ///
     /// - Parameters:
+    ///   - transport: the server connection: ``SyncTransport/pull(since:)`` and ``SyncTransport/push(_:)``.
+    ///   - maxAttempts: how many times a failing transport call is tried before its error is thrown.
+    ///   - backoff: the wait before the first retry; it doubles with each further attempt.
     ///   - maxBatchRows: the most rows in one upload batch (default 500).
     ///   - maxBatchBytes: the most bytes of changes in one upload batch (default 1 MiB); a single
     ///     larger row still goes, alone.
+    ///   - onReset: what to do with unsynced local edits when the server asks for a client reset.
+    ///   - progress: called as each phase advances (per phase and table: total, processed, remaining).
     /// - Throws: the transport's error after `maxAttempts`; ``ResetRequired`` with `.fail`, or
-    ///   when the server asks again right after a reset; ``StrataError`` from merging or batching.
+    ///   when the server asks again right after a reset; `StrataError` from merging or batching.
     public func sync(
         with transport: some SyncTransport, maxAttempts: Int = 5, backoff: Duration = .milliseconds(50),
         maxBatchRows: Int = 500, maxBatchBytes: Int = 1 << 20, onReset: ClientResetPolicy = .keepLocalChanges,

@@ -26,7 +26,7 @@ public enum WireFormat {
 
     /// Decodes a payload strictly.
     ///
-    /// - Throws: ``StrataError`` `malformedInput`, naming the path of the offending field.
+    /// - Throws: `StrataError` `malformedInput`, naming the path of the offending field.
     public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws(StrataError) -> T {
         do {
             return try JSONDecoder().decode(T.self, from: data)

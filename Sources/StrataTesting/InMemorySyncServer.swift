@@ -1,17 +1,23 @@
 import Foundation
 import Strata
+import StrataSync
 import Synchronization
 
-/// A small in-process sync server, for tests, examples and the demo: it keeps tables of rows,
+/// A small in-process sync server, for tests and examples: it keeps tables of rows,
 /// serves deltas since an anchor, and applies batches with optimistic concurrency (an update or
 /// delete must name the values the server holds; an insert needs a free key). It answers a batch
 /// id it has seen before with the same acknowledgement, so a retried upload is never applied twice.
 ///
 /// It can also ask for a client reset, as a real server does: ``forget(client:)`` forgets a
 /// client (reached through ``client(_:)``), and ``expireChanges(through:)`` drops old changes so
-/// that an anchor before them is too old. Both make `pull`/`push` throw ``ResetRequired``; a full
+/// that an anchor before them is too old. Both make `pull`/`push` throw `ResetRequired`; a full
 /// pull (`since: nil`, a snapshot of every row) is always answered.
 public final class InMemorySyncServer: SyncTransport {
+    /// A row of any table, as a set element.
+    private struct RowID: Hashable {
+        let table: String
+        let key: RowKey
+    }
     struct State {
         var rows: [String: [RowKey: [String: Value]]] = [:]
         var fieldNames: [String: Set<String>] = [:]
@@ -30,6 +36,7 @@ public final class InMemorySyncServer: SyncTransport {
     /// the server's own.
     public let decide: (@Sendable (RowChange) -> RowResult?)?
 
+    /// An empty server; `keyFields` names each table's key fields, `decide` lets a test answer rows itself.
     public init(keyFields: [String: [String]] = [:], decide: (@Sendable (RowChange) -> RowResult?)? = nil) {
         self.keyFields = keyFields
         self.decide = decide
@@ -56,14 +63,14 @@ public final class InMemorySyncServer: SyncTransport {
     }
 
     /// Forgets a client: its next incremental pull or push through ``client(_:)`` throws
-    /// ``ResetRequired`` with reason `unknownClient`, until it pulls a full snapshot.
+    /// `ResetRequired` with reason `unknownClient`, until it pulls a full snapshot.
     public func forget(client id: String) {
         state.withLock { _ = $0.forgotten.insert(id) }
     }
 
     /// Drops the changes up to and including `version` (every change so far when `nil`), as a
     /// server that keeps changes for a limited time: a pull from an older anchor throws
-    /// ``ResetRequired`` with reason `anchorExpired`.
+    /// `ResetRequired` with reason `anchorExpired`.
     public func expireChanges(through version: Int? = nil) {
         state.withLock { s in
             let v = min(version ?? s.version, s.version)
@@ -77,7 +84,9 @@ public final class InMemorySyncServer: SyncTransport {
 
     /// A transport to an ``InMemorySyncServer`` for one client id (see ``InMemorySyncServer/forget(client:)``).
     public struct Client: SyncTransport {
+        /// The server this transport talks to.
         public let server: InMemorySyncServer
+        /// The client id it pulls and pushes as.
         public let id: String
 
         public func pull(since anchor: String?) async throws -> ServerDelta {
@@ -99,10 +108,10 @@ public final class InMemorySyncServer: SyncTransport {
         }
     }
 
-    /// The changes since `anchor`; for `nil`, a snapshot (``ServerDelta/Mode/snapshot``) of every
+    /// The changes since `anchor`; for `nil`, a snapshot (`ServerDelta.Mode.snapshot`) of every
     /// row of every table.
     ///
-    /// - Throws: ``ResetRequired`` (`anchorExpired`) for an anchor older than the changes kept.
+    /// - Throws: `ResetRequired` (`anchorExpired`) for an anchor older than the changes kept.
     public func pull(since anchor: String?) async throws -> ServerDelta {
         try state.withLock { s in
             guard let anchor else {
@@ -121,8 +130,8 @@ public final class InMemorySyncServer: SyncTransport {
                 throw ResetRequired(.anchorExpired, message: "changes up to \(s.expiredThrough) are no longer kept; the anchor is \(anchor)")
             }
             var latest: [String: [RowKey]] = [:]
-            var seen = Set<SyncClient.RowID>()
-            for change in s.log.reversed() where change.version > since && seen.insert(SyncClient.rowID(change.table, change.key)).inserted {
+            var seen = Set<RowID>()
+            for change in s.log.reversed() where change.version > since && seen.insert(RowID(table: change.table, key: change.key)).inserted {
                 latest[change.table, default: []].append(change.key)
             }
             var tables: [TableDelta] = []
