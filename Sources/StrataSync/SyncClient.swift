@@ -202,7 +202,7 @@ public final class SyncClient: Sendable {
         guard outcome.state != localState || outcome.conflict != nil else { return }
         let audit = MergeAudit(
             anchor: anchor, serverVersion: server?.version, conflict: outcome.conflict?.kind,
-            resolution: outcome.resolution.map(MergeReport.name), policy: outcome.conflict == nil ? nil : policy.name,
+            resolution: outcome.resolution?.kind, policy: outcome.conflict == nil ? nil : policy.kind,
             decisions: outcome.decisions
         )
         let kind: LogEntry.Kind = if case .delete = change { .serverDelete } else { .serverChange }

@@ -113,6 +113,34 @@ func clientRows(_ store: Store, _ table: String) throws -> [String] {
 }
 
 @Suite struct LifecycleTests {
+    /// The batch state is stored as the strings every version wrote ("pending", "sent"), so a
+    /// store with a batch in flight from an older version reads; anything else is damage.
+    @Test func theInFlightBatchStateReadsAsStoredByEveryVersion() throws {
+        try withTemporaryFolder { path in
+            let store = try Store(path: path)
+            defer { store.close() }
+            try store.createTable(tasks)
+            try store.write { try $0.insert("tasks", ["id": 1, "title": "a"]) }
+            let sync = SyncClient(store: store)
+            let batch = try #require(try sync.nextBatch())
+            let stateProperty = "strata.sync.batch.state"
+            #expect(try store.read { try $0.property(stateProperty) } == "pending")
+            #expect(try sync.inFlightBatch()?.state == .pending)
+            try sync.markSent(batch)
+            #expect(try store.read { try $0.property(stateProperty) } == "sent")
+            #expect(try sync.inFlightBatch()?.state == .sent)
+            // As an older version left it: the strings, or no state at all (read as pending).
+            try store.write { try $0.setProperty(stateProperty, "pending") }
+            #expect(try sync.inFlightBatch()?.batch == batch && sync.inFlightBatch()?.state == .pending)
+            try store.write { try $0.setProperty(stateProperty, nil) }
+            #expect(try sync.inFlightBatch()?.state == .pending)
+            // A state no version writes is reported, not taken for one.
+            try store.write { try $0.setProperty(stateProperty, "lost") }
+            let e = #expect(throws: StrataError.self) { try sync.inFlightBatch() }
+            #expect(e?.code == .corruptRecord && e?.message.contains("lost") == true, "\(String(describing: e))")
+        }
+    }
+
     @Test func theBatchInFlightIsResentUnchangedAndLaterEditsWaitForTheNext() throws {
         try withTemporaryFolder { path in
             var first: Batch?
@@ -130,7 +158,7 @@ func clientRows(_ store: Store, _ table: String) throws -> [String] {
             // After a crash (reopen), the same batch comes back, marked sent.
             let store = try Store(path: path)
             let sync = SyncClient(store: store)
-            #expect(try sync.inFlightBatch()?.batch == first && sync.inFlightBatch()?.state == "sent")
+            #expect(try sync.inFlightBatch()?.batch == first && sync.inFlightBatch()?.state == .sent)
             #expect(try sync.nextBatch() == first)
             try sync.acknowledge(BatchAck(batchID: first!.id, results: [.ok("tasks", 1)]))
             // The server has "a"; the later edit "b" is pending against it.

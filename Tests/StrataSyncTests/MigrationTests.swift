@@ -1,7 +1,7 @@
 import Foundation
 import LMDB
 import Strata
-import StrataSync
+@testable import StrataSync
 import Testing
 
 /// The 2 → 3 migration, on a store written by format 2 (`Fixtures/format2-store`, see its commit:
@@ -120,6 +120,30 @@ import Testing
             #expect(try store.read { try $0.history("people", key: 2).map(\.lsn) } == [5, 10, 14, 18])
             _ = try store.rebuild()
             #expect(try store.verify().isConsistent)
+        }
+    }
+
+    /// The audits that format 2 and format 4 stores hold in their log (the resolution and policy
+    /// written as strings) read back as the typed cases, and re-encode to the same bytes.
+    @Test(arguments: ["format2-store", "format4-store"])
+    func oldStoresAuditsDecodeToTheirCases(fixture: String) throws {
+        try Self.withFixture(fixture) { path in
+            let store = try Store(path: path)
+            defer { store.close() }
+            let entries = try store.read { try $0.operations(from: 1) }.filter { $0.origin == .server }
+            let audits = entries.compactMap { MergeAudit($0) }
+            #expect(!entries.isEmpty && audits.count == entries.filter { !$0.annotation.isEmpty }.count)
+            let conflicted = audits.filter { $0.conflict != nil }
+            #expect(!conflicted.isEmpty)
+            for a in conflicted {
+                #expect(a.resolution == .deferred && a.policy == .deferred, "\(a)")
+            }
+            for a in audits where a.conflict == nil {
+                #expect(a.resolution == nil && a.policy == nil, "\(a)")
+            }
+            for e in entries where !e.annotation.isEmpty {
+                #expect(try #require(MergeAudit(e)).encoded == e.annotation)
+            }
         }
     }
 }

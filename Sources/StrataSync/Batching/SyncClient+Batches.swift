@@ -1,6 +1,18 @@
 import Foundation
 import Strata
 
+/// Where the batch in flight is: frozen and not yet handed to the transport, or handed to it and
+/// waiting for the server's acknowledgement. See ``SyncClient/inFlightBatch()``.
+///
+/// The raw values are what the store holds (as every earlier version wrote them): a store with a
+/// batch in flight keeps reading across versions.
+public enum BatchState: String, Sendable, Hashable, CaseIterable {
+    /// Frozen by ``SyncClient/nextBatch(maxRows:maxBytes:)`` but not yet handed to the transport.
+    case pending
+    /// Handed to the transport (``SyncClient/markSent(_:)``); the acknowledgement is awaited.
+    case sent
+}
+
 /// What an acknowledgement did.
 public struct AckReport: Sendable, Hashable {
     /// The ack repeated one already applied, and was ignored.
@@ -64,7 +76,7 @@ extension SyncClient {
             let batch = Batch(id: "\(store.clientID)-\(number)", clientID: store.clientID, number: number, changes: chosen)
             try tx.setProperty(Self.batchNumberProperty, .int(Int64(number)))
             try tx.setProperty(Self.inFlightProperty, .bytes(Array(try WireFormat.encoder.encode(batch))))
-            try tx.setProperty(Self.batchStateProperty, "pending")
+            try tx.setProperty(Self.batchStateProperty, .string(BatchState.pending.rawValue))
             let frozenAt = try snap.lastLSN
             try tx.setProperty(Self.frozenAtProperty, .int(Int64(frozenAt)))
             // The acknowledgement reads the history after the freeze (see `mergedSince`):
@@ -115,12 +127,20 @@ extension SyncClient {
         return BatchingRules.order(changes, tableOrder: try BatchingRules.tableOrder(snap.tables.map(\.name), associations))
     }
 
-    /// The batch in flight and whether it was handed to the transport (`sent`) or not yet
-    /// (`pending`), if any.
-    public func inFlightBatch() throws -> (batch: Batch, state: String)? {
+    /// The batch in flight and whether it was handed to the transport (``BatchState/sent``) or
+    /// not yet (``BatchState/pending``), if any.
+    ///
+    /// Throws `StrataError` (`corruptRecord`) when the stored state is not one this library writes.
+    public func inFlightBatch() throws -> (batch: Batch, state: BatchState)? {
         try store.read { snap in
             guard let b = try snap.property(Self.inFlightProperty)?.bytesValue else { return nil }
-            return (try WireFormat.decode(Batch.self, from: Data(b)), try snap.property(Self.batchStateProperty)?.stringValue ?? "pending")
+            let batch = try WireFormat.decode(Batch.self, from: Data(b))
+            // No stored state: the batch was frozen and not yet sent (as every version has read it).
+            guard let stored = try snap.property(Self.batchStateProperty) else { return (batch, .pending) }
+            guard let name = stored.stringValue, let state = BatchState(rawValue: name) else {
+                throw StrataError(.corruptRecord, "the store is damaged: the in-flight batch's state (property \(Self.batchStateProperty)) is \(stored), not \"pending\" or \"sent\"")
+            }
+            return (batch, state)
         }
     }
 
@@ -130,7 +150,7 @@ extension SyncClient {
             guard try Self.inFlight(tx)?.id == batch.id else {
                 throw StrataError(.invalidOperation, "batch \(batch.id) is not the batch in flight")
             }
-            try tx.setProperty(Self.batchStateProperty, "sent")
+            try tx.setProperty(Self.batchStateProperty, .string(BatchState.sent.rawValue))
         }
     }
 

@@ -23,14 +23,36 @@ public enum ConflictPolicy: Sendable {
     /// The app decides, seeing the base, local and server values.
     case custom(@Sendable (Conflict) -> Resolution)
 
-    var name: String {
+    /// Which policy this is, without a custom resolver's closure: what ``MergeAudit/policy`` and
+    /// ``MergeReport/ConflictRecord/policy`` record.
+    public var kind: Kind {
         switch self {
-        case .serverWins: "server wins"
-        case .clientWins: "client wins"
-        case .lastWriterWins: "last writer wins"
-        case .deferred: "deferred"
-        case .custom: "custom resolver"
+        case .serverWins: .serverWins
+        case .clientWins: .clientWins
+        case .lastWriterWins: .lastWriterWins
+        case .deferred: .deferred
+        case .custom: .custom
         }
+    }
+
+    /// The policy that settled a conflict, as recorded in a merge's audit and report.
+    ///
+    /// The raw values are what audit records hold in the log (and what the CLI prints): they
+    /// must not change, or the audits of existing stores would no longer read.
+    public enum Kind: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+        /// ``ConflictPolicy/serverWins``.
+        case serverWins = "server wins"
+        /// ``ConflictPolicy/clientWins``.
+        case clientWins = "client wins"
+        /// ``ConflictPolicy/lastWriterWins``.
+        case lastWriterWins = "last writer wins"
+        /// ``ConflictPolicy/deferred``.
+        case deferred = "deferred"
+        /// ``ConflictPolicy/custom(_:)``.
+        case custom = "custom resolver"
+
+        /// The raw value: `server wins`, `client wins`, `last writer wins`, `deferred` or `custom resolver`.
+        public var description: String { rawValue }
     }
 }
 
@@ -80,4 +102,33 @@ public enum Resolution: Sendable, Hashable {
     case merged([String: Value])
     /// Keep both and mark the row conflicted, held back until the app resolves it.
     case deferred
+
+    /// Which side was taken, without merged values: what ``MergeAudit/resolution`` and
+    /// ``MergeReport/ConflictRecord/resolution`` record.
+    public var kind: Kind {
+        switch self {
+        case .server: .server
+        case .local: .local
+        case .merged: .merged
+        case .deferred: .deferred
+        }
+    }
+
+    /// How a conflict was settled, as recorded in a merge's audit and report.
+    ///
+    /// The raw values are what audit records hold in the log (and what the CLI prints): they
+    /// must not change, or the audits of existing stores would no longer read.
+    public enum Kind: String, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+        /// ``Resolution/server``.
+        case server
+        /// ``Resolution/local``.
+        case local
+        /// ``Resolution/merged(_:)``.
+        case merged
+        /// ``Resolution/deferred``: left for the app to resolve.
+        case deferred
+
+        /// The raw value: `server`, `local`, `merged` or `deferred`.
+        public var description: String { rawValue }
+    }
 }

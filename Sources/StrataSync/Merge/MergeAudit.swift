@@ -9,10 +9,10 @@ public struct MergeAudit: Sendable, Hashable {
     public var serverVersion: String?
     /// The conflict found, if any.
     public var conflict: Conflict.Kind?
-    /// How it was resolved (`server`, `local`, `merged`, `deferred`), if there was a conflict.
-    public var resolution: String?
-    /// The policy that resolved it.
-    public var policy: String?
+    /// How it was resolved, if there was a conflict.
+    public var resolution: Resolution.Kind?
+    /// The policy that resolved it, if there was a conflict.
+    public var policy: ConflictPolicy.Kind?
     /// Every field decision.
     public var decisions: [FieldDecision]
 
@@ -24,7 +24,7 @@ public struct MergeAudit: Sendable, Hashable {
         self = audit
     }
 
-    init(anchor: String, serverVersion: String?, conflict: Conflict.Kind?, resolution: String?, policy: String?, decisions: [FieldDecision]) {
+    init(anchor: String, serverVersion: String?, conflict: Conflict.Kind?, resolution: Resolution.Kind?, policy: ConflictPolicy.Kind?, decisions: [FieldDecision]) {
         self.anchor = anchor
         self.serverVersion = serverVersion
         self.conflict = conflict
@@ -41,8 +41,9 @@ public struct MergeAudit: Sendable, Hashable {
         ValueCoding.append(.string(anchor), to: &b)
         ValueCoding.append(serverVersion.map(Value.string) ?? .null, to: &b)
         b.append(conflict?.rawValue ?? 0)
-        ValueCoding.append(resolution.map(Value.string) ?? .null, to: &b)
-        ValueCoding.append(policy.map(Value.string) ?? .null, to: &b)
+        // Stored as their raw strings, as before the enums: existing stores' audits keep reading.
+        ValueCoding.append(resolution.map { .string($0.rawValue) } ?? .null, to: &b)
+        ValueCoding.append(policy.map { .string($0.rawValue) } ?? .null, to: &b)
         ValueCoding.appendVarint(UInt64(decisions.count), to: &b)
         for d in decisions {
             ValueCoding.append(.string(d.field), to: &b)
@@ -76,8 +77,19 @@ public struct MergeAudit: Sendable, Hashable {
         serverVersion = try string()
         let c = try byte()
         conflict = c == 0 ? nil : Conflict.Kind(rawValue: c)
-        resolution = try string()
-        policy = try string()
+        // An unknown name is damage, not a newer vocabulary: no version of the audit wrote others.
+        if let r = try string() {
+            guard let kind = Resolution.Kind(rawValue: r) else { throw bad() }
+            resolution = kind
+        } else {
+            resolution = nil
+        }
+        if let p = try string() {
+            guard let kind = ConflictPolicy.Kind(rawValue: p) else { throw bad() }
+            policy = kind
+        } else {
+            policy = nil
+        }
         let n = try ValueCoding.readVarint(b, at: &i)
         guard n <= UInt64(b.count) else { throw bad() }
         var decisions: [FieldDecision] = []

@@ -12,10 +12,10 @@ public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
         public let kind: Conflict.Kind
         /// The fields in conflict.
         public let fields: [String]
-        /// `server`, `local`, `merged` or `deferred`.
-        public let resolution: String
+        /// How it was settled.
+        public let resolution: Resolution.Kind
         /// The policy that decided.
-        public let policy: String
+        public let policy: ConflictPolicy.Kind
     }
 
     /// Rows whose state changed.
@@ -30,23 +30,14 @@ public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
     public var conflicts: [ConflictRecord] = []
 
     /// Conflicts left for the app to resolve.
-    public var deferred: Int { conflicts.filter { $0.resolution == "deferred" }.count }
-    /// Conflicts settled, by policy name.
-    public var resolvedByPolicy: [String: Int] {
-        conflicts.filter { $0.resolution != "deferred" }.reduce(into: [:]) { $0[$1.policy, default: 0] += 1 }
+    public var deferred: Int { conflicts.filter { $0.resolution == .deferred }.count }
+    /// Conflicts settled, by policy.
+    public var resolvedByPolicy: [ConflictPolicy.Kind: Int] {
+        conflicts.filter { $0.resolution != .deferred }.reduce(into: [:]) { $0[$1.policy, default: 0] += 1 }
     }
 
     public var description: String {
         "\(rowsApplied) rows applied; fields: \(fieldsFromServer) from the server, \(fieldsKeptLocal) kept local, \(fieldsSettled) settled; \(conflicts.count) conflicts (\(deferred) deferred)"
-    }
-
-    static func name(_ r: Resolution) -> String {
-        switch r {
-        case .server: "server"
-        case .local: "local"
-        case .merged: "merged"
-        case .deferred: "deferred"
-        }
     }
 
     mutating func record(_ outcome: MergeOutcome, table: String, key: RowKey, policy: ConflictPolicy) {
@@ -59,7 +50,7 @@ public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
             }
         }
         if let c = outcome.conflict, let r = outcome.resolution {
-            conflicts.append(ConflictRecord(table: table, key: key, kind: c.kind, fields: c.fields, resolution: Self.name(r), policy: policy.name))
+            conflicts.append(ConflictRecord(table: table, key: key, kind: c.kind, fields: c.fields, resolution: r.kind, policy: policy.kind))
         }
     }
 }
