@@ -30,36 +30,16 @@ import Darwin
         defer { try? FileManager.default.removeItem(atPath: path) }
         var lastCommitted = 0
         for round in 0..<6 {
-            let process = Process()
-            process.executableURL = try Self.helper()
-            process.arguments = [path, mode, String(g.next())]
             // Checkpoints after every commit, every few commits, or never: kills land inside
             // checkpoints, and reopens fold tails of every length.
             let budget = ["0", "65536", String(Int.max)][round % 3]
-            process.environment = ProcessInfo.processInfo.environment.merging(["STRATA_OVERLAY_BUDGET": budget]) { $1 }
-            let out = Pipe()
-            process.standardOutput = out
-            // Collects the writer's output as it comes, so the kill can wait for a first commit
-            // (a slow start, under a sanitizer or a loaded machine, must not end a round empty).
-            let output = Locked(Data())
-            out.fileHandleForReading.readabilityHandler = { h in
-                let chunk = h.availableData
-                output.withLock { $0.append(chunk) }
-            }
-            try process.run()
-            let deadline = ContinuousClock.now + .seconds(120)
-            while ContinuousClock.now < deadline, process.isRunning,
-                  !String(decoding: output.withLock { $0 }, as: UTF8.self).contains("C ") {
-                usleep(5_000)
-            }
-            // Then kill it mid-write, a random moment later.
-            usleep(UInt32(20_000 + g.next() % 250_000))
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            out.fileHandleForReading.readabilityHandler = nil
-            output.withLock { $0.append(out.fileHandleForReading.readDataToEndOfFile()) }
-            #expect(process.terminationReason == .uncaughtSignal, "round \(round): the writer stopped by itself")
-            let lines = String(decoding: output.withLock { $0 }, as: UTF8.self).split(separator: "\n")
+            let writer = try KilledWriter([path, mode, String(g.next())], environment: ["STRATA_OVERLAY_BUDGET": budget])
+            // Waits for a first commit (a slow start, under a sanitizer or a loaded machine, must
+            // not end a round empty), then kills it mid-write, a random moment later.
+            writer.wait { $0.contains("C ") }
+            let output = writer.kill(after: 20_000 + g.next() % 250_000)
+            #expect(writer.process.terminationReason == .uncaughtSignal, "round \(round): the writer stopped by itself")
+            let lines = output.split(separator: "\n")
             let reported = lines.compactMap { $0.hasPrefix("C ") ? Int($0.dropFirst(2)) : nil }.last ?? lastCommitted
             #expect(reported > lastCommitted, "round \(round): the writer committed nothing")
 
@@ -93,35 +73,20 @@ import Darwin
         defer { try? FileManager.default.removeItem(atPath: path) }
         var last = [Int](repeating: 0, count: threads)
         for round in 0..<4 {
-            let process = Process()
-            process.executableURL = try Self.helper()
-            process.arguments = ["group-writer", path, String(g.next()), String(threads)]
-            let out = Pipe()
-            process.standardOutput = out
-            let output = Locked(Data())
-            out.fileHandleForReading.readabilityHandler = { h in
-                let chunk = h.availableData
-                output.withLock { $0.append(chunk) }
-            }
-            try process.run()
+            let writer = try KilledWriter(["group-writer", path, String(g.next()), String(threads)])
             // Waits until every thread has committed (so groups form), then a random moment more.
-            let deadline = ContinuousClock.now + .seconds(120)
-            func reported() -> [Int] {
+            func reported(_ output: String) -> [Int] {
                 var r = last
-                for line in String(decoding: output.withLock { $0 }, as: UTF8.self).split(separator: "\n") {
+                for line in output.split(separator: "\n") {
                     let f = line.split(separator: " ")
                     if f.count == 3, f[0] == "C", let t = Int(f[1]), let i = Int(f[2]), t < threads { r[t] = max(r[t], i) }
                 }
                 return r
             }
-            while ContinuousClock.now < deadline, process.isRunning, zip(reported(), last).contains(where: { $0 <= $1 }) { usleep(5_000) }
-            usleep(UInt32(20_000 + g.next() % 200_000))
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            out.fileHandleForReading.readabilityHandler = nil
-            output.withLock { $0.append(out.fileHandleForReading.readDataToEndOfFile()) }
-            #expect(process.terminationReason == .uncaughtSignal, "round \(round): the writer stopped by itself: \(String(decoding: output.withLock { $0 }, as: UTF8.self).suffix(300))")
-            let seen = reported()
+            writer.wait { !zip(reported($0), last).contains(where: { $0 <= $1 }) }
+            let output = writer.kill(after: 20_000 + g.next() % 200_000)
+            #expect(writer.process.terminationReason == .uncaughtSignal, "round \(round): the writer stopped by itself: \(output.suffix(300))")
+            let seen = reported(output)
 
             let store = try Store(path: path)
             let report = try store.verify()
@@ -147,6 +112,46 @@ import Darwin
             last = counters
             store.close()
         }
+    }
+}
+
+/// A `strata-crash-helper` writer whose output is collected as it comes, so that a test can wait
+/// for what it printed and then SIGKILL it.
+final class KilledWriter {
+    let process = Process()
+    private let out = Pipe()
+    private let output = Locked(Data())
+
+    init(_ arguments: [String], environment: [String: String] = [:]) throws {
+        process.executableURL = try CrashTests.helper()
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.standardOutput = out
+        out.fileHandleForReading.readabilityHandler = { [output] h in
+            let chunk = h.availableData
+            output.withLock { $0.append(chunk) }
+        }
+        try process.run()
+    }
+
+    /// What it printed so far.
+    var text: String { String(decoding: output.withLock { $0 }, as: UTF8.self) }
+
+    /// Waits (two minutes at most, or until it exits) until what it printed satisfies `done`.
+    func wait(until done: (String) -> Bool) {
+        let deadline = ContinuousClock.now + .seconds(120)
+        while ContinuousClock.now < deadline, process.isRunning, !done(text) { usleep(5_000) }
+    }
+
+    /// Kills it `microseconds` from now and returns everything it printed.
+    func kill(after microseconds: UInt64) -> String {
+        usleep(UInt32(microseconds))
+        Foundation.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        out.fileHandleForReading.readabilityHandler = nil
+        let rest = out.fileHandleForReading.readDataToEndOfFile()
+        output.withLock { $0.append(rest) }
+        return text
     }
 }
 
