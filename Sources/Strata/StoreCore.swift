@@ -239,18 +239,28 @@ final class StoreCore: @unchecked Sendable {
     static func inspect(_ env: Environment, path: String) throws(StrataError) -> Content {
         do {
             let main = try env.openDatabase(nil, create: false)
-            var meta: Database?
-            do {
-                meta = try env.openDatabase(Views.names.meta, create: false)
-            } catch let error as LMDBError where error.code == LMDBError.notFound {
-                meta = nil
+            // `meta` is looked up in one read transaction and read in the next: a Strata process
+            // creating the store may commit in between (seen under AddressSanitizer's timing),
+            // leaving its databases in the second snapshot but no `meta` handle from the first.
+            // Then the lookup is made again, so that a store being created is never taken for
+            // another program's database.
+            for attempt in 1... {
+                var meta: Database?
+                do {
+                    meta = try env.openDatabase(Views.names.meta, create: false)
+                } catch let error as LMDBError where error.code == LMDBError.notFound {
+                    meta = nil
+                }
+                let content = try env.read { txn -> Content? in
+                    if try metaFormat(txn, meta: meta) != nil { return .strata }
+                    if meta == nil, attempt < 3, try txn.get(Array(Views.names.meta.utf8), in: main) != nil { return nil }
+                    let entries = try txn.stats(main).entries
+                    if txn.id == 0 && entries == 0 { return .fresh }
+                    return .foreign("its data.mdb is an LMDB database without Strata's metadata (\(entries) entries in its main database, no 'meta' database with a format version): another program's database, or a store whose header is damaged (try `strata salvage`)")
+                }
+                if let content { return content }
             }
-            return try env.read { txn -> Content in
-                if try metaFormat(txn, meta: meta) != nil { return .strata }
-                let entries = try txn.stats(main).entries
-                if txn.id == 0 && entries == 0 { return .fresh }
-                return .foreign("its data.mdb is an LMDB database without Strata's metadata (\(entries) entries in its main database, no 'meta' database with a format version): another program's database, or a store whose header is damaged (try `strata salvage`)")
-            }
+            fatalError("unreachable: the third attempt always decides")
         } catch let error as StrataError {
             throw error
         } catch let error as LMDBError where error.isDamage {
