@@ -11,7 +11,9 @@ extension Store {
     /// A write submitted before ``close()`` runs; one submitted after fails with `closed`. If the
     /// calling task is cancelled before `body` starts, `body` never runs and the call throws
     /// `CancellationError`.
-    public func write<R: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> R) async throws -> R {
+    ///
+    /// `body` does not escape: the call returns only after the closure has run (or never will).
+    public func write<R: Sendable>(_ body: @Sendable (Transaction) throws -> R) async throws -> R {
         // Counted from the call, not from when the group runs it: a close() meanwhile waits for it.
         try enterCall()
         defer { leaveCall() }
@@ -19,6 +21,15 @@ extension Store {
             throw StrataError(.io, "the store at '\(path)' is read-only: this process cannot write its files; nothing was changed")
         }
         try Task.checkCancellation()
+        // The group's leader runs `body` on its own thread while this task waits, so the closure
+        // is lent, not kept: `WriteRequest.finish()` drops it before the caller is resumed, which
+        // is what `withoutActuallyEscaping` checks when this scope ends.
+        return try await withoutActuallyEscaping(body) { body in
+            try await submitWrite(body)
+        }
+    }
+
+    private func submitWrite<R: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> R) async throws -> R {
         let result = Locked<R?>(nil)
         let request = Locked<WriteRequest?>(nil)
         return try await withTaskCancellationHandler {
@@ -44,12 +55,22 @@ extension Store {
     }
 
     /// Runs `body` with a snapshot on a background thread (see ``read(_:)``).
-    public func read<R: Sendable>(_ body: @escaping @Sendable (Snapshot) throws -> R) async throws -> R {
+    ///
+    /// `body` does not escape: the call returns only after the closure has run.
+    public func read<R: Sendable>(_ body: @Sendable (Snapshot) throws -> R) async throws -> R {
         try enterCall()
-        return try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                defer { self.leaveCall() }
-                continuation.resume(with: Result { try self.performRead(body) })
+        return try await withoutActuallyEscaping(body) { body in
+            // The background thread reaches the closure only through `lent`, and lets go of it
+            // before it resumes the caller: `withoutActuallyEscaping` checks, when this scope
+            // ends, that nothing kept it.
+            let lent = Locked<(@Sendable (Snapshot) throws -> R)?>(body)
+            return try await withCheckedThrowingContinuation { continuation in
+                DispatchQueue.global().async {
+                    let result = Result { try self.performRead(lent.withLock { $0! }) }
+                    lent.withLock { $0 = nil }
+                    self.leaveCall()
+                    continuation.resume(with: result)
+                }
             }
         }
     }

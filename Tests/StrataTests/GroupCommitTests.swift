@@ -127,4 +127,51 @@ import Testing
             #expect(try await store.read { try $0.row("tasks", key: 1000) } == nil)
         }
     }
+
+    /// The async `write` and `read` take non-escaping closures: a function can pass its own
+    /// non-escaping closure parameter straight through (this test compiles only if they do), and
+    /// many concurrent calls, some throwing, return each caller its own outcome (the closures are
+    /// lent through `withoutActuallyEscaping`, whose runtime check traps if one is still held
+    /// when its call returns).
+    @Test func asyncCallsLendTheirClosuresWithoutEscaping() async throws {
+        struct Refused: Error, Equatable { let id: Int }
+        func edit(_ store: Store, _ body: @Sendable (Transaction) throws -> Void) async throws {
+            try await store.write { tx in try body(tx) }
+        }
+        func count(_ store: Store, _ body: @Sendable (Snapshot) throws -> Int) async throws -> Int {
+            try await store.read { snapshot in try body(snapshot) }
+        }
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(tasksSchema)
+            let outcomes = try await withThrowingTaskGroup(of: (Int, Bool).self) { group in
+                for i in 0..<200 {
+                    group.addTask {
+                        do {
+                            try await edit(store) { tx in
+                                try tx.insert("tasks", ["id": .int(Int64(i)), "title": "x"])
+                                if i % 3 == 0 { throw Refused(id: i) }
+                            }
+                            return (i, true)
+                        } catch let error as Refused {
+                            #expect(error == Refused(id: i))
+                            return (i, false)
+                        }
+                    }
+                    if i % 10 == 0 {
+                        group.addTask { (-1, try await count(store) { try $0.count("tasks") } >= 0) }
+                    }
+                }
+                var committed: Set<Int> = []
+                for try await (i, ok) in group where i >= 0 && ok { committed.insert(i) }
+                return committed
+            }
+            #expect(outcomes == Set((0..<200).filter { $0 % 3 != 0 }))
+            let stored = try await count(store) { try $0.count("tasks") }
+            #expect(stored == outcomes.count)
+            for i in [0, 3, 198] {
+                #expect(try await store.read { try $0.row("tasks", key: RowKey(.int(Int64(i)))) } == nil)
+            }
+        }
+    }
 }
