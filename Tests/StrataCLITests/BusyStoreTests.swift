@@ -15,27 +15,8 @@ import Darwin
 /// Runs `strata` with extra environment variables; kills it after `limit` seconds (a guard
 /// against a hang, not a speed check) and reports whether it had to.
 func runStrata(_ arguments: [String], environment: [String: String], killAfter limit: Double = 120) throws -> (status: Int32, out: String, err: String, killed: Bool) {
-    let process = Process()
-    process.executableURL = try strataExecutable()
-    process.arguments = arguments
-    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    let killed = Locked(false)
-    let pid = process.processIdentifier
-    let guardTimer = DispatchWorkItem {
-        killed.withLock { $0 = true }
-        kill(pid, SIGKILL)
-    }
-    DispatchQueue.global().asyncAfter(deadline: .now() + limit, execute: guardTimer)
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    guardTimer.cancel()
-    return (process.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self), killed.withLock { $0 })
+    let r = try runProcess(try strataExecutable(), arguments, environment: environment, killAfter: limit)
+    return (r.status, r.out, r.err, r.killed)
 }
 
 /// Holds a write transaction of `store` on another thread until the returned closure is called.

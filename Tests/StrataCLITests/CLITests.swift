@@ -17,18 +17,8 @@ func strataExecutable() throws -> URL {
 
 /// Runs `strata` with `arguments`; returns exit status, standard output and standard error.
 func runStrata(_ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
-    let process = Process()
-    process.executableURL = try strataExecutable()
-    process.arguments = arguments
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+    let r = try runProcess(try strataExecutable(), arguments)
+    return (r.status, r.out, r.err)
 }
 
 @Suite struct CLITests {

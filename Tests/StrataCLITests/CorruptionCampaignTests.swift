@@ -278,40 +278,9 @@ struct SplitMix64: RandomNumberGenerator {
 
     /// Runs `strata` with a time limit; the backtracer is off unless asked for.
     static func runChild(_ arguments: [String], backtrace: Bool) throws -> (signal: Int32?, status: Int32, out: String, err: String, timedOut: Bool) {
-        let process = Process()
-        process.executableURL = try strataExecutable()
-        process.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
-        environment["SWIFT_BACKTRACE"] = backtrace ? "enable=yes,interactive=no,color=no,preset=full,threads=crashed,registers=none,images=none,unwind=precise" : "enable=no"
-        process.environment = environment
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let killed = Locked(false)
-        let pid = process.processIdentifier
-        let timer = DispatchSource.makeTimerSource()
-        timer.schedule(deadline: .now() + 60)
-        timer.setEventHandler {
-            killed.withLock { $0 = true }
-            kill(pid, SIGKILL)
-        }
-        timer.resume()
-        // Both pipes are drained at once, so a chatty child never blocks on a full one.
-        let group = DispatchGroup()
-        let errData = Locked(Data())
-        DispatchQueue.global().async(group: group) {
-            let d = err.fileHandleForReading.readDataToEndOfFile()
-            errData.withLock { $0 = d }
-        }
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        group.wait()
-        process.waitUntilExit()
-        timer.cancel()
-        let signal = process.terminationReason == .uncaughtSignal ? process.terminationStatus : nil
-        let e = errData.withLock { $0 }
-        return (signal, process.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self), killed.withLock { $0 })
+        let backtracer = backtrace ? "enable=yes,interactive=no,color=no,preset=full,threads=crashed,registers=none,images=none,unwind=precise" : "enable=no"
+        let r = try runProcess(try strataExecutable(), arguments, environment: ["SWIFT_BACKTRACE": backtracer], killAfter: 60)
+        return (r.signal, r.status, r.out, r.err, r.killed)
     }
 
     /// Whether the crashed thread's innermost frame outside the C library is in liblmdb (an

@@ -8,17 +8,10 @@ import Testing
     /// Runs `strata arguments` from a shell that first lowers the file size limit to `blocks`
     /// (512-byte blocks in dash, 1 KiB in bash: either is far below what the commands write).
     func runLimited(_ blocks: Int, _ arguments: [String]) throws -> (signal: Int32?, status: Int32, err: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", "ulimit -f \(blocks) && exec \"$0\" \"$@\"", try strataExecutable().path] + arguments
-        let err = Pipe()
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = err
-        try process.run()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let signal = process.terminationReason == .uncaughtSignal ? process.terminationStatus : nil
-        return (signal, process.terminationStatus, String(decoding: e, as: UTF8.self))
+        let r = try runProcess(
+            URL(fileURLWithPath: "/bin/sh"), ["-c", "ulimit -f \(blocks) && exec \"$0\" \"$@\"", try strataExecutable().path] + arguments,
+            keepingOutput: false)
+        return (r.signal, r.status, r.err)
     }
 
     // ThreadSanitizer's runtime itself dies of SIGBUS under a file size limit, before `main` (even

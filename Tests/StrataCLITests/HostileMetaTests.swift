@@ -7,17 +7,8 @@ import Testing
 
 /// Runs `strata` and reports whether it died of a signal (a trap, SIGBUS, SIGSEGV, an abort).
 func runStrataWatchingSignals(_ arguments: [String]) throws -> (signal: Int32?, status: Int32, err: String) {
-    let process = Process()
-    process.executableURL = try strataExecutable()
-    process.arguments = arguments
-    let err = Pipe()
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = err
-    try process.run()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    let signal = process.terminationReason == .uncaughtSignal ? process.terminationStatus : nil
-    return (signal, process.terminationStatus, String(decoding: e, as: UTF8.self))
+    let r = try runProcess(try strataExecutable(), arguments, keepingOutput: false)
+    return (r.signal, r.status, r.err)
 }
 
 /// Stores whose `meta` counters hold hostile values: every CLI command and the main public API

@@ -14,18 +14,8 @@ import Darwin
 /// Runs `strata` through `/bin/sh -c` with `prefix` before it (a `ulimit`, a `trap`).
 func runStrataInShell(_ prefix: String, _ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
     let quoted = ([try strataExecutable().path] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/bin/sh")
-    process.arguments = ["-c", prefix + "; exec " + quoted.joined(separator: " ")]
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+    let r = try runProcess(URL(fileURLWithPath: "/bin/sh"), ["-c", prefix + "; exec " + quoted.joined(separator: " ")])
+    return (r.status, r.out, r.err)
 }
 
 func temporaryPath(_ name: String) -> String {
@@ -270,16 +260,6 @@ func temporaryPath(_ name: String) -> String {
 
 /// Runs `strata` as user `uid` (and group `uid`) through `setpriv`.
 func runAs(_ uid: Int, _ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-    process.arguments = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", try strataExecutable().path] + arguments
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+    let r = try runProcess(URL(fileURLWithPath: "/usr/bin/setpriv"), ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", try strataExecutable().path] + arguments)
+    return (r.status, r.out, r.err)
 }
