@@ -173,4 +173,25 @@ import Testing
             #expect(try store.read { try $0.horizon } == 0)
         }
     }
+
+    /// A replay reads every operation it copies as evidence: through a damaged one it fails,
+    /// naming it, and leaves no store (and no half-built folder) at its destination; a replay that
+    /// stops before the damage is whole.
+    @Test func aReplayThroughADamagedOperationFailsAndLeavesNoStore() throws {
+        try withClosedStore { path in
+            let (offset, record) = try locate(path, lsn: 4)
+            try flip(path, at: offset + record.count / 2, bit: 3)
+            let store = try Store(path: path)
+            defer { store.close() }
+            let target = path + "-replay"
+            defer { try? FileManager.default.removeItem(atPath: target) }
+            let error = try #require(throws: StrataError.self) { try store.replay(into: target) }
+            #expect(error.code == .corruptRecord && error.message.contains("LSN 4"), "\(error)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: target) == [], "nothing is left at the destination")
+            let before = try store.replay(into: target, through: 3)
+            defer { before.close() }
+            #expect(try before.read { try $0.lastLSN } == 3)
+            #expect(try before.verify().isConsistent)
+        }
+    }
 }

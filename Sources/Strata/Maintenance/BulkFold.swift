@@ -88,7 +88,11 @@ struct BulkFold {
     /// The bytes of rows a flush writes per transaction when the fold commits in steps: LMDB
     /// keeps a transaction's dirty pages in memory (up to 512 MiB before it spills), so this
     /// bounds them, to a 32nd of the budget (8 MiB by default).
-    private var stepBytes: Int { max(1, min(32 << 20, budget / 32)) }
+    private var stepBytes: Int { Self.stepBytes(budget: budget) }
+
+    /// The bytes one transaction of a scratch store holds when it is written in steps, for a
+    /// fold memory budget of `budget` (``StoreOptions/foldMemoryLimit``).
+    static func stepBytes(budget: Int) -> Int { max(1, min(32 << 20, budget / 32)) }
 
     /// Makes every flush commit the target in transactions of about `stepBytes` each, in
     /// `environment` (whose write transaction `txn` was; it must be committed, and no longer
