@@ -7,7 +7,7 @@ import StrataWorkload
 // profiler (perf, valgrind) sees that phase alone:
 //
 //   swift run -c release profile build  /tmp/store [--edits N]   # preload + edits at B = 1000
-//   swift run -c release profile payload|verify|rebuild /tmp/store
+//   swift run -c release profile payload|verify|rebuild|replay /tmp/store
 //   swift run -c release profile merge /tmp/new-folder
 //   swift run -c release profile single|single-nosync /tmp/store --edits 5000   # B = 1 edits on a store built with --edits 0
 //   swift run -c release profile scale /tmp/folder [--lengths 100000,1000000,10000000] [--peers]
@@ -123,6 +123,20 @@ case "payload":
     print("payload bytes:", bytes, "in", ContinuousClock.now - t0)
 case "verify":
     print(try StrataPeer(folder: folder).store.verify())
+case "replay":
+    // Replays the store at `folder` (made by `build`) into `folder`-replay; reports the time and
+    // the heap's growth, sampled every 10,000 operations through the progress callback.
+    let store = try StrataPeer(folder: folder).store
+    let target = folder + "-replay"
+    try? FileManager.default.removeItem(atPath: target)
+    defer { try? FileManager.default.removeItem(atPath: target) }
+    let base = ProcessMemory.anonymous
+    var peak = base
+    let t0 = ContinuousClock.now
+    let replayed = try store.replay(into: target) { _, _ in peak = max(peak, ProcessMemory.anonymous) }
+    let d = ContinuousClock.now - t0
+    print("replayed \(try replayed.read { try $0.lastLSN }) operations in \(d); heap growth \(Double(peak - base) / 1_048_576) MiB")
+    replayed.close()
 case "rebuild":
     print("folded:", try StrataPeer(folder: folder).store.rebuild())
 default:
