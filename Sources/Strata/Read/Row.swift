@@ -42,6 +42,7 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
     /// table, not copied), and the field ids of `fieldNames`, ascending. A lookup by name is a
     /// hash lookup and a binary search, not a scan: a property-bag row may have 100,000 fields.
     private let tableFieldIDs: [String: Int]
+    /// Empty when every field id is its own position (a fixed table with no dropped field).
     private let ids: [Int]
 
     /// The position of `field` in `fieldNames`.
@@ -49,6 +50,7 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
     /// - Complexity: O(log f) for f fields.
     private func position(of field: String) -> Int? {
         guard let id = tableFieldIDs[field] else { return nil }
+        if ids.isEmpty { return id < fieldNames.count ? id : nil }
         var (low, high) = (0, ids.count)
         while low < high {
             let mid = (low + high) / 2
@@ -56,6 +58,7 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
         }
         return low < ids.count && ids[low] == id ? low : nil
     }
+    /// Per position, whether the field is in conflict; empty when none is.
     let conflictMarks: [Bool]
 
     /// Whether the row has changes the server has not acknowledged.
@@ -139,6 +142,46 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
         let h = try RowHeader(record)
         let key = try t.decodeKey(rowsKey)
         let inserted = h.flags.contains(.inserted)
+        self.table = t.name
+        self.key = key
+        self.isConflicted = h.flags.contains(.conflicted)
+        self.lastLSN = h.lastLSN
+        self.keyFieldNames = t.schema.primaryKey
+        self.tableFieldIDs = t.fieldIDs
+        if !t.isPropertyBag && t.dropped.isEmpty {
+            // The common case, and every point read's: each field of the table is in the row at
+            // the position of its id, so the values are decoded into place and the table's
+            // arrays of names is shared rather than rebuilt (two allocations per row, not a dozen).
+            let n = t.fieldNames.count
+            var cur = [Value](repeating: .null, count: n)
+            var orig = [Value](repeating: .null, count: n)
+            var marks: [Bool] = []
+            var anyDirty = false
+            var r = ByteReader(record, offset: h.entriesStart)
+            while let e = try r.nextEntry() {
+                guard e.id < n else { throw r.corrupt("field id \(e.id) unknown to table '\(t.name)'") }
+                let current = try Value(decoding: UnsafeRawBufferPointer(rebasing: record[e.current]))
+                cur[e.id] = current
+                // A row inserted here has no server values: its originals stay null.
+                if !inserted { orig[e.id] = e.isDirty ? try Value(decoding: UnsafeRawBufferPointer(rebasing: record[e.original])) : current }
+                anyDirty = anyDirty || e.isDirty
+                if e.isConflict {
+                    if marks.isEmpty { marks = [Bool](repeating: false, count: n) }
+                    marks[e.id] = true
+                }
+            }
+            for (i, id) in t.keyFieldIDs.enumerated() {
+                cur[id] = key.values[i]
+                if !inserted { orig[id] = key.values[i] }
+            }
+            self.status = inserted ? .inserted : h.flags.contains(.deleted) ? .deleted : anyDirty ? .updated : .unchanged
+            self.fieldNames = t.fieldNames
+            self.currents = cur
+            self.originals = orig
+            self.conflictMarks = marks
+            self.ids = []
+            return
+        }
         // Per field id: current and original, nil when the record has no entry.
         var currents = [Value?](repeating: nil, count: t.fieldNames.count)
         var originals = currents
@@ -161,6 +204,10 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
         var cur: [Value] = []
         var orig: [Value] = []
         var conflictMarks: [Bool] = []
+        names.reserveCapacity(currents.count)
+        ids.reserveCapacity(currents.count)
+        cur.reserveCapacity(currents.count)
+        orig.reserveCapacity(currents.count)
         for id in t.fieldNames.indices where !t.dropped.contains(id) && (!t.isPropertyBag || t.definitions[id] != nil || currents[id] != nil) {
             names.append(t.fieldNames[id])
             ids.append(id)
@@ -168,17 +215,12 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
             cur.append(currents[id] ?? .null)
             orig.append(inserted ? .null : (originals[id] ?? .null))
         }
-        self.table = t.name
-        self.key = key
         self.status = inserted ? .inserted : h.flags.contains(.deleted) ? .deleted : anyDirty ? .updated : .unchanged
-        self.isConflicted = h.flags.contains(.conflicted)
-        self.lastLSN = h.lastLSN
         self.fieldNames = names
-        self.keyFieldNames = t.schema.primaryKey
         self.currents = cur
         self.originals = orig
-        self.conflictMarks = conflictMarks
-        self.tableFieldIDs = t.fieldIDs
+        self.conflictMarks = conflictMarks.contains(true) ? conflictMarks : []
+        // Never empty here (a table has at least its key fields), so `position(of:)` searches it.
         self.ids = ids
     }
 
