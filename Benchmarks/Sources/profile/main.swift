@@ -8,6 +8,8 @@ import StrataWorkload
 //
 //   swift run -c release profile build  /tmp/store [--edits N]   # preload + edits at B = 1000
 //   swift run -c release profile payload|verify|rebuild|replay /tmp/store
+//   swift run -c release profile reads /tmp/store [--edits 100000]
+//   swift run -c release profile concurrent /tmp/folder [--edits 4000] [--threads 8]
 //   swift run -c release profile merge /tmp/new-folder
 //   swift run -c release profile single|single-nosync /tmp/store --edits 5000   # B = 1 edits on a store built with --edits 0
 //   swift run -c release profile scale /tmp/folder [--lengths 100000,1000000,10000000] [--peers]
@@ -123,6 +125,28 @@ case "payload":
     print("payload bytes:", bytes, "in", ContinuousClock.now - t0)
 case "verify":
     print(try StrataPeer(folder: folder).store.verify())
+case "reads":
+    // compare's point reads on a store made by `build`: `--edits` random lookups (default
+    // 100,000), each in a read transaction of its own.
+    let peer = try StrataPeer(folder: folder)
+    let count = arguments.firstIndex(of: "--edits").flatMap { Int(arguments[$0 + 1]) } ?? 100_000
+    var g = SplitMix64(seed: 11)
+    let ids = (0..<count).map { _ in Int64(1 + g.next() % 100_000) }
+    var found = 0
+    let t0 = ContinuousClock.now
+    for id in ids where try peer.readRow(id) { found += 1 }
+    let d = ContinuousClock.now - t0
+    print(String(format: "%d reads (%d found): %.0f reads/s", count, found, Double(count) / seconds(d)))
+case "concurrent":
+    // compare's concurrent-writers phase alone, Strata then plain SQLite, `--edits` in all
+    // (default 4,000), `--threads` writers (default 8), each in a fresh folder under `folder`.
+    let total = arguments.firstIndex(of: "--edits").flatMap { Int(arguments[$0 + 1]) } ?? 4_000
+    let threads = arguments.firstIndex(of: "--threads").flatMap { Int(arguments[$0 + 1]) } ?? 8
+    try? FileManager.default.removeItem(atPath: folder)
+    let strata = try ConcurrentWriters.strata(folder: folder + "/strata", threads: threads, total: total)
+    let sqlite = try ConcurrentWriters.sqlite(folder: folder + "/sqlite", threads: threads, total: total)
+    try? FileManager.default.removeItem(atPath: folder)
+    print(String(format: "%d writers, %d edits: Strata %.0f/s, SQLite plain %.0f/s, ratio %.2f×", threads, total, strata, sqlite, strata / sqlite))
 case "replay":
     // Replays the store at `folder` (made by `build`) into `folder`-replay; reports the time and
     // the heap's growth, sampled every 10,000 operations through the progress callback.

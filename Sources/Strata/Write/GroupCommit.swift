@@ -71,10 +71,19 @@ final class WriteRequest: @unchecked Sendable {
 /// The writers of one store waiting for a group commit, and who leads.
 final class WriteQueue: @unchecked Sendable {
     // @unchecked: every field is read and changed under `lock`.
-    private let lock = NSLock()
+    // A condition as well as a lock: a leader gathering its group waits on it for writers to
+    // arrive (see `gather()`).
+    private let lock = NSCondition()
     private var waiting: [WriteRequest] = []
     /// Whether a leader is running a group (or is about to).
     private var leading = false
+    /// How many writers took part in, or queued during, the last commit: the writers that are
+    /// active now, as far as the queue can tell. 1 for a lone writer.
+    private var recentWriters = 1
+    /// How long the last commit took (the closures and the durable commit).
+    private var lastCommit: Duration = .zero
+    /// The longest a leader waits for recent writers to come back, whatever the commit costs.
+    static let maxGather: Duration = .microseconds(200)
     /// The thread of the running leader: a write from inside a write closure would wait for
     /// itself, so it traps instead.
     private var leaderThread: pthread_t?
@@ -93,6 +102,7 @@ final class WriteQueue: @unchecked Sendable {
         }
         if leading {
             waiting.append(request)
+            lock.signal()
             lock.unlock()
             request.sleep()
             guard request.leads else { return }
@@ -109,6 +119,7 @@ final class WriteQueue: @unchecked Sendable {
         lock.lock()
         if leading {
             waiting.append(request)
+            lock.signal()
             lock.unlock()
             return
         }
@@ -117,19 +128,42 @@ final class WriteQueue: @unchecked Sendable {
         DispatchQueue.global().async { self.lead(first: request, commit) }
     }
 
+    /// Waits, with `lock` held, for the writers of the last commit to come back before the
+    /// group is taken: half the last commit's time at most (and never more than `maxGather`).
+    ///
+    /// Why: the callers a commit releases write again at once, but the next leader is woken
+    /// first and would take only those that queued meanwhile, so eight busy writers settle into
+    /// groups of about three. Waiting a moment gathers them all into one group and one fsync.
+    /// A lone writer (`recentWriters == 1`) never waits; when writers stop coming, one leader
+    /// waits in vain once, and the count falls to what it found.
+    private func gather() {
+        let wanted = min(recentWriters, Self.maxGroup)
+        guard 1 + waiting.count < wanted else { return }
+        let wait = min(lastCommit / 2, Self.maxGather)
+        let seconds = Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        while 1 + waiting.count < wanted && lock.wait(until: deadline) {}
+    }
+
     /// Runs groups, starting with one led by `first`, then hands the lead to the next waiting
     /// request (or gives it up).
     private func lead(first: WriteRequest, _ commit: @escaping @Sendable ([WriteRequest]) -> Void) {
         lock.lock()
         leaderThread = pthread_self()
+        gather()
         let taken = min(waiting.count, Self.maxGroup - 1)
         let group = [first] + waiting.prefix(taken)
         waiting.removeFirst(taken)
         lock.unlock()
 
+        let clock = ContinuousClock()
+        let start = clock.now
         commit(group)
+        let took = start.duration(to: clock.now)
 
         lock.lock()
+        lastCommit = took
+        recentWriters = group.count + waiting.count
         leaderThread = nil
         let next = waiting.isEmpty ? nil : waiting.removeFirst()
         if next == nil { leading = false }
