@@ -6,10 +6,13 @@ import Testing
 /// The overlay's copy-on-write B-tree against a plain sorted model: lookups, ordered scans from
 /// any key, tombstones, and versions that must not see each other's later changes.
 @Suite struct OverlayTreeTests {
-    /// Keys of 1 to 12 bytes from a small alphabet, so that prefixes, equal keys and keys that
-    /// differ only past the eighth byte all occur.
+    /// Keys of 1 to 12 bytes, or (one in four) 13 to 24, from a small alphabet with zero in it,
+    /// so that prefixes, equal keys, keys that differ only in their length or zero bytes, and
+    /// keys that differ only past the eighth or the sixteenth byte (where the comparison stops
+    /// using the entries' inline prefixes) all occur.
     static func randomKey(_ g: inout SplitMix64) -> [UInt8] {
-        (0..<(1 + Int(g.next() % 12))).map { _ in UInt8(g.next() % 4) }
+        let count = g.next() % 4 == 0 ? 13 + Int(g.next() % 12) : 1 + Int(g.next() % 12)
+        return (0..<count).map { _ in UInt8(g.next() % 4) }
     }
 
     static func less(_ a: [UInt8], _ b: [UInt8]) -> Bool { a.lexicographicallyPrecedes(b) }
