@@ -108,7 +108,7 @@ public final class Environment: @unchecked Sendable {
     package let options: EnvironmentOptions
 
     private let resizeLock = ReadWriteLock()
-    /// Set by ``close()``; every later transaction fails with ``LMDBError/closed``.
+    /// Set by ``close()``; every later transaction fails with ``LMDBError/ResultCode/closed``.
     private var isClosed = false
     /// Per thread, how many transactions of this environment it holds (to refuse, rather than
     /// deadlock, a map resize requested while the same thread still holds a transaction).
@@ -116,7 +116,7 @@ public final class Environment: @unchecked Sendable {
     /// The first LMDB error seen inside the current write transaction.
     private let writerStatus: UnsafeMutablePointer<Int32>
     private let pageSize: Int
-    /// Where the map lies, to check what transactions lend (see ``LMDBError/valueOutsideFile``).
+    /// Where the map lies, to check what transactions lend (see ``LMDBError/ResultCode/valueOutsideFile``).
     private let bounds: MapBounds
     /// Reader slots of dead processes that `mdb_reader_check` cleared when this environment was
     /// opened. Such slots would otherwise pin old pages (the file grows) and use up slots.
@@ -198,7 +198,7 @@ public final class Environment: @unchecked Sendable {
             enter()
             if isClosed {
                 leave()
-                throw LMDBError(code: LMDBError.closed, operation: "mdb_txn_begin(read)")
+                throw LMDBError(.closed, operation: "mdb_txn_begin(read)")
             }
             var txn: OpaquePointer?
             let rc = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn)
@@ -241,7 +241,7 @@ public final class Environment: @unchecked Sendable {
             enter(writing: true)
             if isClosed {
                 leave(writing: true)
-                throw LMDBError(code: LMDBError.closed, operation: "mdb_txn_begin(write)")
+                throw LMDBError(.closed, operation: "mdb_txn_begin(write)")
             }
             var txn: OpaquePointer?
             var rc = mdb_txn_begin(handle, nil, 0, &txn)
@@ -307,7 +307,7 @@ public final class Environment: @unchecked Sendable {
             enter()
             guard !isClosed else {
                 leave()
-                throw LMDBError(code: LMDBError.closed, operation: "mdb_dbi_open(\(name ?? "main"))")
+                throw LMDBError(.closed, operation: "mdb_dbi_open(\(name ?? "main"))")
             }
             let rc = mdb_txn_begin(handle, nil, UInt32(MDB_RDONLY), &txn)
             if rc == MDB_MAP_RESIZED {
@@ -339,13 +339,13 @@ public final class Environment: @unchecked Sendable {
     package func sync() throws(LMDBError) {
         let locked = lockSharedUnlessHeld()
         defer { if locked { resizeLock.unlock() } }
-        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_sync") }
+        guard !isClosed else { throw LMDBError(.closed, operation: "mdb_env_sync") }
         try check(mdb_env_sync(handle, 1), "mdb_env_sync")
     }
 
     /// Closes the environment now (`mdb_env_close`) instead of when it is released: waits for
     /// the transactions of this process to end, then closes. Every later transaction, copy or
-    /// sync fails with ``LMDBError/closed``; sizes read as 0. Closing twice does nothing.
+    /// sync fails with ``LMDBError/ResultCode/closed``; sizes read as 0. Closing twice does nothing.
     ///
     /// LMDB's locks belong to the process, so the files must not be opened again in this process
     /// before this returns (see LMDB-NOTES, "Open an environment once per process").
@@ -381,7 +381,7 @@ public final class Environment: @unchecked Sendable {
     package func copy(to path: String, compact: Bool = true) throws(LMDBError) {
         let locked = lockSharedUnlessHeld()
         defer { if locked { resizeLock.unlock() } }
-        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_copy2(\(path))") }
+        guard !isClosed else { throw LMDBError(.closed, operation: "mdb_env_copy2(\(path))") }
         try check(mdb_env_copy2(handle, path, compact ? UInt32(MDB_CP_COMPACT) : 0), "mdb_env_copy2(\(path))")
     }
 
@@ -396,7 +396,7 @@ public final class Environment: @unchecked Sendable {
 
     /// The page of the data file that `pointer` — memory lent by a transaction of this
     /// environment — lies in, or `nil` when it is not in the map (a write transaction's dirty
-    /// page) or the map's address is unknown (see ``LMDBError/valueOutsideFile``). For reports
+    /// page) or the map's address is unknown (see ``LMDBError/ResultCode/valueOutsideFile``). For reports
     /// that say where in the file something is.
     package func page(of pointer: UnsafeRawPointer) -> Int? {
         let p = UInt(bitPattern: pointer)
@@ -490,7 +490,7 @@ public final class Environment: @unchecked Sendable {
         }
         resizeLock.lockExclusive()
         defer { resizeLock.unlock() }
-        guard !isClosed else { throw LMDBError(code: LMDBError.closed, operation: "mdb_env_set_mapsize") }
+        guard !isClosed else { throw LMDBError(.closed, operation: "mdb_env_set_mapsize") }
         try body()
     }
 }

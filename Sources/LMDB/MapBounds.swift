@@ -126,7 +126,7 @@ package struct LentMemory {
     func check(_ key: MDB_val, _ value: MDB_val, _ operation: String, _ db: Database) throws(LMDBError) {
         guard let bounds else { return }
         if !bounds.admits(key.mv_data, key.mv_size, writing: writing) || !bounds.admits(value.mv_data, value.mv_size, writing: writing) {
-            throw LMDBError(code: LMDBError.valueOutsideFile, operation: operation, database: db.name)
+            throw LMDBError(.valueOutsideFile, operation: operation, database: db.name)
         }
     }
 }

@@ -50,7 +50,7 @@ package func withBytes<R, E: Error>(_ array: [UInt8], _ body: (UnsafeRawBufferPo
 package protocol ReadableTransaction {
     /// The raw `MDB_txn*`. Valid only inside the closure that lent the transaction.
     var handle: OpaquePointer { get }
-    /// How to check memory that LMDB lends this transaction (see ``LMDBError/valueOutsideFile``).
+    /// How to check memory that LMDB lends this transaction (see ``LMDBError/ResultCode/valueOutsideFile``).
     var lent: LentMemory { get }
 }
 
@@ -61,7 +61,7 @@ extension ReadableTransaction {
     /// a write transaction, until the next write). Copy it out to keep it.
     ///
     /// A value that lies outside the data file (a damaged page) throws
-    /// ``LMDBError/valueOutsideFile`` instead of being lent.
+    /// ``LMDBError/ResultCode/valueOutsideFile`` instead of being lent.
     ///
     /// - Complexity: O(log n).
     package func get(_ key: UnsafeRawBufferPointer, in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? {
@@ -222,7 +222,7 @@ extension WriteTransaction: Sendable {}
 ///
 /// Positioning methods return the entry under the cursor, or `nil` when there is none. The
 /// memory of an entry is valid until the cursor moves or the transaction writes. An entry that
-/// lies outside the data file (a damaged page) throws ``LMDBError/valueOutsideFile``.
+/// lies outside the data file (a damaged page) throws ``LMDBError/ResultCode/valueOutsideFile``.
 package struct Cursor {
     let handle: OpaquePointer
     let lent: LentMemory

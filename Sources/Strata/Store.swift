@@ -303,7 +303,7 @@ public final class Store: Sendable {
                             let before = (working.version, catalog, committedCatalog)
                             do {
                                 try txn.nested { try run(request, in: $0) }
-                            } catch let error as LMDBError where error.code == LMDBError.mapFull {
+                            } catch let error as LMDBError where error.resultCode == .mapFull {
                                 // The whole group runs again with a larger map.
                                 throw error
                             } catch {
@@ -401,7 +401,7 @@ public final class Store: Sendable {
     /// ``verify(progress:)`` in the temporary folder, the new store of ``replay(into:through:progress:)``.
     package static func diagnosingDiskFull(_ error: StrataError, writingIn folder: String) -> StrataError {
         let path = folder
-        guard let cause = error.cause as? LMDBError, cause.code == EIO else { return error }
+        guard let cause = error.cause as? LMDBError, cause.resultCode == .ioError else { return error }
         let slack: UInt64 = 1 << 20
         var fs = statvfs()
         let diskFull = statvfs(path, &fs) == 0 && UInt64(fs.f_bavail) * UInt64(fs.f_frsize) < slack

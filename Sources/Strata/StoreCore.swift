@@ -94,7 +94,7 @@ final class StoreCore: @unchecked Sendable {
             env = try Environment(path: path, options: envOptions)
         } catch {
             closeDescriptor(lockFD)
-            if error.code == LMDBError.invalid || error.code == LMDBError.versionMismatch {
+            if error.resultCode == .invalid || error.resultCode == .versionMismatch {
                 // LMDB read the header and wrote nothing: not an LMDB file (or not one it reads).
                 StoreFiles.removeCreatedLockFiles(in: path, before: before)
                 throw StrataError(.notAStore, StoreFiles.notAStoreMessage(path, "its data.mdb is not an LMDB file of a version this Strata reads (\(error.message))"), cause: error)
@@ -248,7 +248,7 @@ final class StoreCore: @unchecked Sendable {
                 var meta: Database?
                 do {
                     meta = try env.openDatabase(Views.names.meta, create: false)
-                } catch let error as LMDBError where error.code == LMDBError.notFound {
+                } catch let error as LMDBError where error.resultCode == .notFound {
                     meta = nil
                 }
                 let content = try env.read { txn -> Content? in
@@ -286,7 +286,7 @@ final class StoreCore: @unchecked Sendable {
         func database(_ name: String) throws(StrataError) -> Database? {
             do {
                 return try env.openDatabase(name, create: false)
-            } catch let error as LMDBError where error.code == LMDBError.notFound || error.isDamage {
+            } catch let error as LMDBError where error.resultCode == .notFound || error.isDamage {
                 // Damage too: `inspect` says what the file is, without writing to it.
                 return nil
             } catch let error as LMDBError {

@@ -105,13 +105,13 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
     static func storage(_ error: LMDBError) -> StrataError {
         // A write that could not extend the file: no space left, or over RLIMIT_FSIZE / the
         // file system's largest file. LMDB has rolled the transaction back.
-        if error.code == ENOSPC || error.code == EFBIG || error.code == EDQUOT {
+        if [.diskFull, .fileTooLarge, .quotaExceeded].contains(error.resultCode) {
             return StrataError(.diskFull, "the disk is full (\(error.message)): the write was rolled back and the store is unchanged; free space and retry", cause: error)
         }
-        if error.code == LMDBError.closed {
+        if error.resultCode == .closed {
             return StrataError(.closed, "the store was closed; open it again with Store(path:)", cause: error)
         }
-        if error.code == LMDBError.valueOutsideFile {
+        if error.resultCode == .valueOutsideFile {
             return StrataError(.corruptRecord, "the store's file is damaged: a record of the database \(error.database ?? "main") reaches outside the data file; run `strata salvage` to recover what is readable", cause: error)
         }
         return StrataError(.storage, "the storage engine failed: \(error.description)", cause: error)

@@ -34,7 +34,7 @@ import Testing
                     _ = try txn.get([2], in: db)
                     Issue.record("a value reaching past the end of the file was lent")
                 } catch let error as LMDBError {
-                    #expect(error.code == LMDBError.valueOutsideFile)
+                    #expect(error.resultCode == .valueOutsideFile)
                     #expect(error.database == "items")
                     #expect(error.description.contains("outside the data file"))
                 }

@@ -134,3 +134,41 @@ private func be(_ i: UInt64) -> [UInt8] { withUnsafeBytes(of: i.bigEndian) { Arr
         }
     }
 }
+
+/// `LMDBError.ResultCode`: real LMDB failures come out as codes that can be compared, switched
+/// over and matched in a `catch`, each with its name.
+@Suite struct ResultCodeTests {
+    @Test func realFailuresMatchTheirCodes() throws {
+        try withEnvironment { env in
+            let db = try env.openDatabase("items")
+            try env.write { try $0.put([5], [5], in: db) }
+            // A key below the last one with `append`: MDB_KEYEXIST, matched by pattern.
+            var matched = false
+            do {
+                try env.write { try $0.put([1], [1], in: db, flags: .append) }
+            } catch LMDBError.ResultCode.keyExists {
+                matched = true
+            }
+            #expect(matched)
+            // A key longer than LMDB takes (511 bytes): MDB_BAD_VALSIZE, switched over.
+            let tooLong = #expect(throws: LMDBError.self) {
+                try env.write { try $0.put([UInt8](repeating: 7, count: 600), [1], in: db) }
+            }
+            switch tooLong?.resultCode {
+            case .badValueSize?: break
+            default: Issue.record("a 600-byte key gave \(String(describing: tooLong))")
+            }
+            #expect(tooLong?.resultCode.description == "badValueSize")
+            // A named database that does not exist, opened without creating it: MDB_NOTFOUND.
+            let missing = #expect(throws: LMDBError.self) { try env.openDatabase("missing", create: false) }
+            #expect(missing?.resultCode == .notFound && missing?.isKeyExists == false && missing?.isDamage == false)
+            // A closed environment: `closed`, which is EBADF.
+            env.close()
+            let closed = #expect(throws: LMDBError.self) { try env.read { try $0.get([5], in: db) } }
+            #expect(closed?.resultCode == .closed && closed?.code == EBADF)
+            #expect("\(closed!.resultCode)" == "closed")
+        }
+        #expect(LMDBError.ResultCode(rawValue: 12_345).description == "code 12345")
+        #expect(LMDBError(.diskFull, operation: "mdb_put").code == ENOSPC)
+    }
+}

@@ -55,7 +55,7 @@ extension Store {
             let env: Environment
             do {
                 env = try Environment(path: path, options: options)
-            } catch let error as LMDBError where error.code == LMDBError.invalid || error.code == LMDBError.versionMismatch {
+            } catch let error as LMDBError where error.resultCode == .invalid || error.resultCode == .versionMismatch {
                 throw StrataError(.notAStore, StoreFiles.notAStoreMessage(path, "its data.mdb is not an LMDB file of a version this Strata reads (\(error.message))"), cause: error)
             }
             defer { env.close() }

@@ -154,7 +154,7 @@ struct ViewWriter {
     }
 
     private func lmdbWriter(_ what: String) throws(LMDBError) -> LMDB.WriteTransaction {
-        guard let writeTxn else { throw LMDBError(code: EACCES, operation: "\(what) in a read transaction") }
+        guard let writeTxn else { throw LMDBError(.accessDenied, operation: "\(what) in a read transaction") }
         return writeTxn
     }
 
