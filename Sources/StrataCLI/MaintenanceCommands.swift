@@ -80,7 +80,7 @@ struct CompactCommand: ParsableCommand {
             if output.json {
                 return try printJSON(Report(
                     foldedOperations: report.foldedOperations, horizon: report.horizon, remainingOperations: report.remainingOperations,
-                    baseRows: report.baseRows, heldBy: report.heldBy, fileBytesBefore: sizes?.before, fileBytesAfter: sizes?.after))
+                    baseRows: report.baseRows, heldBy: report.heldBy?.description, fileBytesBefore: sizes?.before, fileBytesAfter: sizes?.after))
             }
             print(report)
             if let sizes { print("file: \(sizes.before / 1024) KiB → \(sizes.after / 1024) KiB") }

@@ -181,14 +181,14 @@ import Testing
             let pendingLSN = try store.read { try $0.lastLSN }
             for i in [0, 1, 3] { try store.write { try $0.update("tasks", key: RowKey(.int(Int64(i))), ["title": "b"]); try $0.acknowledge("tasks", key: RowKey(.int(Int64(i)))) } }
             var report = try store.compact()
-            #expect(report.horizon == pendingLSN - 1 && report.heldBy == "pending")
+            #expect(report.horizon == pendingLSN - 1 && report.heldBy == .pendingEdits)
             #expect(try store.read { try $0.history("tasks", key: 2).map(\.lsn) } == [pendingLSN])
 
             try store.write { try $0.acknowledge("tasks", key: 2) }
             try store.write { try $0.pinLog("audit", after: pendingLSN + 2) }
             #expect(try store.read { try $0.logPins } == ["audit": pendingLSN + 2])
             report = try store.compact()
-            #expect(report.horizon == pendingLSN + 2 && report.heldBy == "pin:audit")
+            #expect(report.horizon == pendingLSN + 2 && report.heldBy == .pin("audit"))
             try store.write { try $0.unpinLog("audit") }
             report = try store.compact()
             #expect(report.horizon == (try store.read { try $0.lastLSN }) && report.heldBy == nil)
@@ -273,7 +273,7 @@ import Testing
             // The migrated store does what format 2 adds.
             try store.write { try $0.acknowledge("tasks", key: 1) }
             let report = try store.compact()
-            #expect(report.heldBy == "pending" && report.foldedOperations > 0)
+            #expect(report.heldBy == .pendingEdits && report.foldedOperations > 0)
             #expect(try store.verify().isConsistent)
         }
     }

@@ -241,6 +241,7 @@ private func state(_ store: Store) throws -> [String] {
             let report = try store.verify()
             #expect(!report.isConsistent)
             #expect(report.differences.map(\.description) == ["pending: tasks 3 missing"])
+            #expect(report.differences == [VerifyReport.Difference(view: .pending, entry: "tasks 3", kind: .missing)])
             try store.rebuild()
             #expect(try store.verify().isConsistent)
             #expect(try store.read { try $0.pendingRows().count } == 5)

@@ -46,9 +46,25 @@ public struct CompactionReport: Sendable, Hashable, CustomStringConvertible {
     public let remainingOperations: Int
     /// Rows in the base snapshot.
     public let baseRows: Int
-    /// What held the horizon back, when it is short of what the retention alone allowed:
-    /// `"pending"` (an unacknowledged row) or `"pin:<name>"`.
-    public let heldBy: String?
+    /// What held the horizon back, when it is short of what the retention alone allowed.
+    public let heldBy: Hold?
+
+    /// What kept operations in the log that the retention alone would have folded.
+    public enum Hold: Sendable, Hashable, CustomStringConvertible {
+        /// An edit not yet acknowledged by the server: the operations from it on stay, so that
+        /// its upload and acknowledgement can still be checked against them.
+        case pendingEdits
+        /// A log pin of that name (sync code pins the log while a batch is in flight).
+        case pin(String)
+
+        /// `pending`, or `pin:<name>` (as the `strata compact` command prints it).
+        public var description: String {
+            switch self {
+            case .pendingEdits: "pending"
+            case .pin(let name): "pin:" + name
+            }
+        }
+    }
 
     public var description: String {
         var s = "folded \(foldedOperations) operations; horizon \(previousHorizon) → \(horizon); \(remainingOperations) operations left in the log, \(baseRows) rows in the base"
@@ -96,14 +112,14 @@ extension Store {
                 let cutoff = UInt64(max(0, (Date().timeIntervalSince1970 - age) * 1_000_000))
                 if let young = try firstOperation(after: previous, newerThan: cutoff, reader) { target = min(target, young - 1) }
             }
-            var heldBy: String? = nil
+            var heldBy: CompactionReport.Hold? = nil
             if let oldestPending = try oldestPendingLSN(reader), oldestPending - 1 < target {
                 target = oldestPending - 1
-                heldBy = "pending"
+                heldBy = .pendingEdits
             }
             for (name, pin) in try tx.snapshot.logPins where pin < target {
                 target = pin
-                heldBy = "pin:" + name
+                heldBy = .pin(name)
             }
             var folded = 0
             if target > previous {

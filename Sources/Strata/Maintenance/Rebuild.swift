@@ -13,15 +13,50 @@ import Darwin
 public struct VerifyReport: Sendable, CustomStringConvertible {
     /// One entry that differs between the live views and the views rebuilt from the log.
     public struct Difference: Sendable, Hashable, CustomStringConvertible {
-        /// The view: `rows`, `pending` or `gone`.
-        public let view: String
+        /// A database derived from the log.
+        public enum View: String, Sendable, Hashable, CaseIterable {
+            /// The rows, with their original and current values.
+            case rows
+            /// The pending rows: what must be uploaded.
+            case pending
+            /// The rows removed, with the operation that removed them.
+            case gone
+            /// Secondary indexes.
+            case index
+            /// Named views.
+            case view
+        }
+
+        /// How the live entry differs from the one folded from the log.
+        public enum Kind: String, Sendable, Hashable, CaseIterable {
+            /// The fold has the entry, the live view does not.
+            case missing
+            /// The live view has the entry, the fold does not.
+            case extra
+            /// Both have it, with different content.
+            case different
+        }
+
+        /// The database that differs.
+        public let view: View
+        /// Whether the difference is in the checkpointed views alone (the views in the file
+        /// without the overlay, against the fold up to the checkpoint), not in what reads see.
+        public let inCheckpointedViews: Bool
         /// The row, as `table key`.
         public let entry: String
-        /// `missing` (rebuilt has it, live does not), `extra` (live has it, rebuilt does not) or
-        /// `different` (both have it with different content).
-        public let kind: String
+        /// How it differs.
+        public let kind: Kind
 
-        public var description: String { "\(view): \(entry) \(kind)" }
+        /// A difference of `kind` at `entry` of `view`.
+        public init(view: View, inCheckpointedViews: Bool = false, entry: String, kind: Kind) {
+            self.view = view
+            self.inCheckpointedViews = inCheckpointedViews
+            self.entry = entry
+            self.kind = kind
+        }
+
+        /// `view: entry kind`, with `@checkpoint` after the view for the checkpointed views.
+        public var description: String { "\(view.rawValue)\(inCheckpointedViews ? "@checkpoint" : ""): \(entry) \(kind.rawValue)" }
     }
 
     /// Operations folded from the log.
@@ -134,7 +169,8 @@ extension Store {
                 var differences: [VerifyReport.Difference] = []
                 /// Folds the log through `lsn` into the (empty) scratch views and compares them
                 /// with the live views as `live` reads them.
-                func check(_ live: ViewReader, through lsn: UInt64, suffix: String) throws -> Int {
+                func check(_ live: ViewReader, through lsn: UInt64, checkpointed: Bool) throws -> Int {
+                    let suffix = checkpointed ? "@checkpoint" : ""
                     // The scratch store is committed in steps: one transaction would keep all of
                     // its dirty pages in memory.
                     let target = try scratch.write { target in
@@ -146,10 +182,14 @@ extension Store {
                     var checks = LogChecks(checksumsFrom: try txn.checksumsFrom(in: views))
                     let count = try Store.fold(from: txn, views, into: &fold, through: lsn, checks: &checks, progress: suffix.isEmpty ? progress : nil)
                     try scratch.read { rebuilt in
-                        for (name, a, b) in [("rows", views.rows, scratchViews.rows), ("pending", views.pending, scratchViews.pending), ("gone", views.gone, scratchViews.gone), ("index", views.index, scratchViews.index), ("view", views.view, scratchViews.view)] {
-                            let (l, r) = try compare(name + suffix, live, a, rebuilt, b, catalog: catalog, into: &differences)
-                            liveSums[name + suffix] = l
-                            rebuiltSums[name + suffix] = r
+                        let databases: [(VerifyReport.Difference.View, Database, Database)] = [
+                            (.rows, views.rows, scratchViews.rows), (.pending, views.pending, scratchViews.pending), (.gone, views.gone, scratchViews.gone),
+                            (.index, views.index, scratchViews.index), (.view, views.view, scratchViews.view),
+                        ]
+                        for (view, a, b) in databases {
+                            let (l, r) = try compare(view, checkpointed: checkpointed, live, a, rebuilt, b, catalog: catalog, into: &differences)
+                            liveSums[view.rawValue + suffix] = l
+                            rebuiltSums[view.rawValue + suffix] = r
                         }
                     }
                     return count
@@ -163,10 +203,10 @@ extension Store {
                     report.operationsWithoutChecksum = scan.unchecksummed
                     return report
                 }
-                let count = try check(ViewReader(txn: txn, views: views, overlay: OverlayBuffer(version)), through: version.lsn, suffix: "")
+                let count = try check(ViewReader(txn: txn, views: views, overlay: OverlayBuffer(version)), through: version.lsn, checkpointed: false)
                 if !version.isEmpty {
                     let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? version.lsn
-                    _ = try check(ViewReader(txn: txn, views: views, overlay: nil), through: viewsLSN, suffix: "@checkpoint")
+                    _ = try check(ViewReader(txn: txn, views: views, overlay: nil), through: viewsLSN, checkpointed: true)
                 }
                 var report = VerifyReport(operations: count, live: liveSums, rebuilt: rebuiltSums, differences: differences)
                 report.operationsWithoutChecksum = scan.unchecksummed
@@ -279,16 +319,16 @@ extension Store {
 
     /// Merge-walks two databases in key order, recording differences and digesting both.
     private func compare(
-        _ name: String, _ liveTxn: ViewReader, _ liveDB: Database, _ rebuiltTxn: ReadTransaction, _ rebuiltDB: Database,
+        _ view: VerifyReport.Difference.View, checkpointed: Bool, _ liveTxn: ViewReader, _ liveDB: Database, _ rebuiltTxn: ReadTransaction, _ rebuiltDB: Database,
         catalog: Catalog, into differences: inout [VerifyReport.Difference]
     ) throws -> ((Int, UInt64), (Int, UInt64)) {
         var liveDigest = ViewDigest()
         var rebuiltDigest = ViewDigest()
         var liveCount = 0
         var rebuiltCount = 0
-        func note(_ key: UnsafeRawBufferPointer, _ kind: String) {
+        func note(_ key: UnsafeRawBufferPointer, _ kind: VerifyReport.Difference.Kind) {
             guard differences.count < VerifyReport.maxDifferences else { return }
-            differences.append(.init(view: name, entry: catalog.describe(rowsKey: key), kind: kind))
+            differences.append(.init(view: view, inCheckpointedViews: checkpointed, entry: catalog.describe(rowsKey: key), kind: kind))
         }
         try liveTxn.scan(liveDB) { a in
             try rebuiltTxn.withCursor(rebuiltDB) { b in
@@ -310,9 +350,9 @@ extension Store {
                         rebuiltCount += 1
                     }
                     switch order {
-                    case -1: note(x!.key, "extra")
-                    case 1: note(y!.key, "missing")
-                    default: if compareBytes(x!.value, y!.value) != 0 { note(x!.key, "different") }
+                    case -1: note(x!.key, .extra)
+                    case 1: note(y!.key, .missing)
+                    default: if compareBytes(x!.value, y!.value) != 0 { note(x!.key, .different) }
                     }
                     if order <= 0 { x = try a.next() }
                     if order >= 0 { y = try b.next() }
