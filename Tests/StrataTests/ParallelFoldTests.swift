@@ -41,9 +41,18 @@ import Testing
         return "entry \(i / 2) (of \(x.count / 2) and \(y.count / 2)): \(i < x.count ? x[i] : []) against \(i < y.count ? y[i] : [])"
     }
 
+    /// Makes a random store at `path` (see `fillRandomStore`) and returns its horizon and its last LSN.
+    @discardableResult
+    static func randomStore(at path: String, _ rng: inout SplitMix64) throws -> (horizon: UInt64, last: UInt64) {
+        try fillRandomStore(at: path, &rng)
+        let store = try Store(path: path)
+        defer { store.close() }
+        return (try store.read { try $0.horizon }, try store.read { try $0.lastLSN })
+    }
+
     /// A store with a base snapshot, an index, a unique index whose values move between rows, a
     /// named view, gone and pending rows, and a few hundred rows in a second table.
-    static func randomStore(at path: String, _ rng: inout SplitMix64) throws {
+    static func fillRandomStore(at path: String, _ rng: inout SplitMix64) throws {
         var options = StoreOptions()
         options.durability = .noSync
         let store = try Store(path: path, options: options)
@@ -102,11 +111,7 @@ import Testing
         let seed = testSeed("theParallelFoldWritesWhatTheSequentialFoldWrites(\(limit))")
         var rng = SplitMix64(seed: seed)
         try withTemporaryFolder { source in
-            try Self.randomStore(at: source, &rng)
-            let (horizon, last) = try {
-                let store = try Store(path: source)
-                return (try store.read { try $0.horizon }, try store.read { try $0.lastLSN })
-            }()
+            let (horizon, last) = try Self.randomStore(at: source, &rng)
             let through = horizon + 1 + rng.next() % (last - horizon)
             let sequential = try Self.fold(source, through: through, workers: 1, limit: limit)
             #expect(sequential.verified.isConsistent, "\(sequential.verified)")

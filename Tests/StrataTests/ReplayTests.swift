@@ -12,12 +12,7 @@ import Testing
         let seed = testSeed("aReplayInManyStepsIsTheReplayInOne")
         var rng = SplitMix64(seed: seed)
         try withTemporaryFolder { source in
-            try ParallelFoldTests.randomStore(at: source, &rng)
-            let (horizon, last) = try {
-                let store = try Store(path: source)
-                defer { store.close() }
-                return (try store.read { try $0.horizon }, try store.read { try $0.lastLSN })
-            }()
+            let (horizon, last) = try ParallelFoldTests.randomStore(at: source, &rng)
             let through = horizon + 1 + rng.next() % (last - horizon)
             for through in [through, last] {
                 let inOne = try ParallelFoldTests.fold(source, through: through, workers: 1, limit: StoreOptions().foldMemoryLimit)
