@@ -123,8 +123,12 @@ public final class SyncClient: Sendable {
             var values: [String: Value] = [:]
             for (name, value) in row.fields where !keyFields.contains(name) { values[name] = stored(value, name, schema) }
             let existing = try tx.row(delta.table, key: key, includingDeleted: true)
-            if existing == nil && schema.mode == .fixed {
+            if schema.mode == .fixed && (existing == nil || existing?.status == .inserted) {
                 // A row new to this device: fields the server leaves out take their defaults.
+                // A local insert not yet acknowledged holds no server copy either, so the server's
+                // row is new to it too. Without this, omitted fields got `null` originals, and a
+                // required one made a later merge of the row (a local delete against a server
+                // update) refuse the whole delta, on every pull.
                 for f in schema.fields where !keyFields.contains(f.name) && values[f.name] == nil {
                     if let d = f.defaultValue {
                         values[f.name] = d

@@ -247,6 +247,9 @@ import Testing
             let serverDeletes = rng.below(5) == 0
             var server: [String: Value] = ["id": 1]
             for n in names where rng.below(2) == 0 { server[n] = draw(n, &rng) }
+            // A row inserted here has no server copy, so the server's row is new to the device
+            // and must carry its required title.
+            if start == 2 && server["title"] == nil { server["title"] = draw("title", &rng) }
             let choice = rng.below(3)
             var picks: [String: Value] = [:]
             for n in names where rng.below(2) == 0 { picks[n] = draw(n, &rng) }

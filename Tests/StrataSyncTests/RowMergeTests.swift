@@ -134,6 +134,36 @@ import Testing
         }
     }
 
+    /// A local insert the server has not acknowledged holds no server copy, so a server row for
+    /// its key is new to the device: it must carry the required fields, and the fields it leaves
+    /// out take their defaults as the server's values. (Before, they got `null` originals, and a
+    /// later merge of the row refused the whole delta for the missing required title.)
+    @Test func aServerRowForALocalInsertIsNewToTheDevice() throws {
+        try withStore { store in
+            try store.write { tx in try tx.insert("tasks", ["id": 5, "title": "L", "priority": 2]) }
+            let sync = SyncClient(store: store, policy: .clientWins)
+            let before = try observable(store)
+            let error = #expect(throws: StrataError.self) {
+                try sync.merge(ServerDelta(anchor: "a1", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 5, "done": true])])]))
+            }
+            #expect(error?.code == .missingField)
+            #expect(try observable(store) == before)
+
+            try sync.merge(ServerDelta(anchor: "a1", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 5, "title": "S", "done": true])])]))
+            let merged = try #require(try store.read { try $0.row("tasks", key: 5) })
+            #expect(merged["title"] == "L" && merged.original("title") == "S")
+            #expect(merged["priority"] == 2 && merged.original("priority") == 0)  // the default, not null
+            #expect(merged["done"] == false && merged.original("done") == true)  // the client wins
+
+            // The row, deleted here, meets a server update that leaves the title out.
+            try store.write { tx in try tx.delete("tasks", key: 5) }
+            try sync.merge(ServerDelta(anchor: "a2", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 5, "priority": 1])])]), policy: .deferred)
+            let after = try #require(try store.read { try $0.row("tasks", key: 5, includingDeleted: true) })
+            #expect(after.original("title") == "S" && after.original("priority") == 1)
+            #expect(try store.verify().isConsistent)
+        }
+    }
+
     @Test func deferredConflictsAreListedHeldAndResolvable() throws {
         for choice in [SyncClient.Choice.server, .local, .values(["title": "mine and theirs"])] {
             try withStore { store in
