@@ -443,8 +443,8 @@ extension StaleAckTests {
             let sync = SyncClient(store: store)
             var seen: [RowKey] = []
             while let batch = try sync.nextBatch(maxRows: 100, maxBytes: 1500) {
-                let bytes = batch.changes.map { try! WireFormat.encode($0).count }.reduce(0, +)
-                #expect(bytes <= 1500 || batch.changes.count == 1, "batch \(batch.number) holds \(bytes) bytes")
+                let bytes = try WireFormat.encode(batch).count
+                #expect(bytes <= 1500 || batch.changes.count == 1, "batch \(batch.number) is \(bytes) bytes")
                 seen += batch.changes.map(\.key)
                 try sync.acknowledge(BatchAck(batchID: batch.id, results: batch.changes.map { .ok($0.table, $0.key) }))
             }

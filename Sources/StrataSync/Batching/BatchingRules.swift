@@ -23,8 +23,9 @@ import Strata
 /// one table go in key order. A cycle among associations is an error. Batches are cut from this one
 /// sequence, so the order also holds across batch boundaries.
 ///
-/// **Size.** A batch holds at most `maxRows` changes and `maxBytes` of encoded changes; a single
-/// change larger than `maxBytes` goes alone in its batch.
+/// **Size.** A batch holds at most `maxRows` changes, and its payload as the wire format encodes
+/// it (envelope included) is at most `maxBytes`; a single change too large for that goes alone
+/// in its batch.
 enum BatchingRules {
     /// The change a pending row uploads, or `nil` when it uploads nothing.
     static func change(for row: Row) -> RowChange? {
@@ -86,21 +87,90 @@ enum BatchingRules {
         return tables.flatMap { byTable[$0] ?? [] }
     }
 
-    /// The encoded size of a change, as the wire format will send it.
-    static func size(_ change: RowChange) -> Int {
-        (try? WireFormat.encoder.encode(change).count) ?? 0
-    }
-
-    /// Cuts the first batch from the ordered changes.
-    static func firstBatch(_ ordered: [RowChange], maxRows: Int, maxBytes: Int) -> [RowChange] {
+    /// Cuts the first batch from the ordered changes: as many as fit in `maxRows` changes and
+    /// `maxBytes` of payload — the whole `Batch` as `WireFormat` encodes it, its envelope and
+    /// separators included — and at least one. Each change is measured once, by `WireSize`,
+    /// without encoding it.
+    static func firstBatch(_ ordered: [RowChange], clientID: String, number: UInt64, maxRows: Int, maxBytes: Int) -> [RowChange] {
         var batch: [RowChange] = []
-        var bytes = 0
+        var bytes = WireSize.batchEnvelope(id: "\(clientID)-\(number)", clientID: clientID, number: number)
         for c in ordered {
-            let s = size(c)
+            let s = WireSize.change(c) + (batch.isEmpty ? 0 : 1)  // the comma before it
             if !batch.isEmpty && (batch.count >= maxRows || bytes + s > maxBytes) { break }
             batch.append(c)
             bytes += s
         }
         return batch
+    }
+}
+
+/// The length in bytes of a payload as `WireFormat.encoder` writes it, computed from the values
+/// without encoding them: sorted keys do not change a length, and the encoder's escaping and
+/// number formatting are followed exactly (`BatchSizeTests` checks every case against the
+/// encoder). Batching uses it to cut batches in one pass.
+enum WireSize {
+    /// `{"changes":[…],"clientID":"…","id":"…","number":N}` without the changes.
+    static func batchEnvelope(id: String, clientID: String, number: UInt64) -> Int {
+        object(4) + string("changes") + 2 + string("clientID") + string(clientID) + string("id") + string(id)
+            + string("number") + decimalDigits(number)
+    }
+
+    /// `{"key":[…],"kind":"…","originals":{…},"table":"…","values":{…}}`.
+    static func change(_ c: RowChange) -> Int {
+        var n = object(5) + string("key") + array(c.key.values.count) + string("kind") + string(c.kind.rawValue)
+            + string("originals") + string("table") + string(c.table) + string("values")
+        for v in c.key.values { n += value(v) }
+        for fields in [c.values, c.originals] {
+            n += object(fields.count)
+            for (name, v) in fields { n += string(name) + value(v) }
+        }
+        return n
+    }
+
+    /// `{"int":3}`, `{"string":"x"}`, … or `null`.
+    static func value(_ v: Value) -> Int {
+        let wrapper = object(1) + 2  // braces, colon, and the quotes of the type name
+        switch v {
+        case .null: return 4
+        case .bool(let b): return wrapper + 4 + (b ? 4 : 5)
+        case .int(let i): return wrapper + 3 + (i < 0 ? 1 + decimalDigits(i.magnitude) : decimalDigits(UInt64(i)))
+        case .double(let d): return wrapper + 6 + double(d)
+        case .string(let s): return wrapper + 6 + string(s)
+        case .bytes(let b): return wrapper + 5 + string(Data(b).base64EncodedString())  // base64 may hold "/", escaped
+        case .timestamp(let t): return wrapper + 9 + double(t.timeIntervalSince1970)
+        }
+    }
+
+    /// Braces, and a colon per member and the commas between them (keys and values not counted).
+    private static func object(_ members: Int) -> Int { 2 + members + max(0, members - 1) }
+
+    /// Brackets and the commas between the elements.
+    private static func array(_ elements: Int) -> Int { 2 + max(0, elements - 1) }
+
+    /// A JSON string with its quotes: `"` `\` and `/` escaped with a backslash, `\b \f \n \r \t`
+    /// likewise, other control characters as `\u00XX`, everything else as UTF-8.
+    static func string(_ s: String) -> Int {
+        var n = 2
+        for byte in s.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), 0x08, 0x0C, 0x0A, 0x0D, 0x09: n += 2
+            case 0..<0x20: n += 6
+            default: n += 1
+            }
+        }
+        return n
+    }
+
+    /// The encoder writes a double as its shortest round-trip form, without a trailing `.0`.
+    private static func double(_ d: Double) -> Int {
+        let s = d.description
+        return s.hasSuffix(".0") ? s.utf8.count - 2 : s.utf8.count
+    }
+
+    private static func decimalDigits(_ v: UInt64) -> Int {
+        var n = 1
+        var v = v
+        while v >= 10 { v /= 10; n += 1 }
+        return n
     }
 }

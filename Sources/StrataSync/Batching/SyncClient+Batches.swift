@@ -55,6 +55,11 @@ extension SyncClient {
     /// The batch is stored before it is returned, so after a crash or a lost response the same
     /// batch is sent again. Edits made while it is in flight go into a later batch.
     ///
+    /// - Parameters:
+    ///   - maxRows: The most changes a new batch holds.
+    ///   - maxBytes: The most bytes a new batch's payload takes as ``WireFormat`` encodes it,
+    ///     envelope included: a server's request-size limit can be set here. A single change
+    ///     larger than that goes alone in its batch.
     /// - Throws: `StrataError` `invalidSchema` when the associations form a cycle.
     public func nextBatch(maxRows: Int = 500, maxBytes: Int = 1 << 20) throws -> Batch? {
         try nextBatch(maxRows: maxRows, maxBytes: maxBytes, excluding: [])
@@ -67,15 +72,15 @@ extension SyncClient {
             let snap = try tx.snapshot
             let changes = try uploadOrder(snap, excluding: excluding)
             guard !changes.isEmpty else { return nil }
-            let chosen = BatchingRules.firstBatch(changes, maxRows: maxRows, maxBytes: maxBytes)
             let last = try tx.property(Self.batchNumberProperty)?.intValue ?? 0
             guard last >= 0, last < Int64.max else {
                 throw StrataError(.corruptRecord, "the store is damaged: its last batch number (property \(Self.batchNumberProperty)) is \(last)")
             }
             let number = UInt64(last) + 1
+            let chosen = BatchingRules.firstBatch(changes, clientID: store.clientID, number: number, maxRows: maxRows, maxBytes: maxBytes)
             let batch = Batch(id: "\(store.clientID)-\(number)", clientID: store.clientID, number: number, changes: chosen)
             try tx.setProperty(Self.batchNumberProperty, .int(Int64(number)))
-            try tx.setProperty(Self.inFlightProperty, .bytes(Array(try WireFormat.encoder.encode(batch))))
+            try tx.setProperty(Self.inFlightProperty, .bytes(BatchRecord.encode(batch)))
             try tx.setProperty(Self.batchStateProperty, .string(BatchState.pending.rawValue))
             let frozenAt = try snap.lastLSN
             try tx.setProperty(Self.frozenAtProperty, .int(Int64(frozenAt)))
@@ -134,7 +139,7 @@ extension SyncClient {
     public func inFlightBatch() throws -> (batch: Batch, state: BatchState)? {
         try store.read { snap in
             guard let b = try snap.property(Self.inFlightProperty)?.bytesValue else { return nil }
-            let batch = try WireFormat.decode(Batch.self, from: Data(b))
+            let batch = try BatchRecord.decode(b, property: Self.inFlightProperty)
             // No stored state: the batch was frozen and not yet sent (as every version has read it).
             guard let stored = try snap.property(Self.batchStateProperty) else { return (batch, .pending) }
             guard let name = stored.stringValue, let state = BatchState(rawValue: name) else {
@@ -331,7 +336,7 @@ extension SyncClient {
 
     static func inFlight(_ tx: Transaction) throws -> Batch? {
         guard let b = try tx.property(inFlightProperty)?.bytesValue else { return nil }
-        return try WireFormat.decode(Batch.self, from: Data(b))
+        return try BatchRecord.decode(b, property: inFlightProperty)
     }
 
     static func rejected(_ tx: Transaction) throws -> [RejectedRow] {
