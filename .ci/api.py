@@ -10,11 +10,18 @@ default implementations (`!=`, `hashValue`, …) are left out: the conformance l
     python3 .ci/api.py check     # exit 1 with a diff when the surface differs from api/*.txt
     python3 .ci/api.py update    # rewrite api/*.txt from the symbol graphs
     python3 .ci/api.py missing   # public declarations without a doc comment
+
+`check` also holds the error model (README, "Errors"): every public throwing declaration of
+Strata's own modules throws `StrataError` (typed), except where a caller's or a protocol's errors
+must pass through: Codable's requirements, APIs that take a throwing closure (the closure's errors
+reach the caller unchanged), and the sync transports (`SyncTransport` is implemented by apps, and
+`ResetRequired` is a transport's signal).
 """
 import difflib
 import glob
 import json
 import os
+import re
 import sys
 
 MODULES = ["Strata", "StrataSync", "StrataTesting", "LMDB", "StrataWorkload"]
@@ -66,6 +73,29 @@ def surface(module):
     return sorted(lines), sorted(undocumented)
 
 
+TYPED_MODULES = ["Strata", "StrataSync", "StrataTesting", "StrataWorkload"]
+TRANSPORTS = ("SyncTransport.", "HTTPSyncTransport.", "InMemorySyncServer.", "SyncClient.sync(with:")
+
+
+def untyped_throws(lines):
+    """Declarations that throw untyped but are not one of the exceptions above."""
+    found = []
+    for line in lines:
+        decl = line.split(": ", 1)[1] if ": " in line else line
+        if not re.search(r"\bthrows\b(?!\()", decl.split(" where ")[0].rsplit(")", 1)[-1] if ")" in decl else decl):
+            continue
+        name = line.split(" ", 1)[1]
+        if "init(from decoder: any Decoder)" in decl or "encode(to encoder: any Encoder)" in decl:
+            continue
+        params = decl[decl.find("("):decl.rfind(")") + 1] if "(" in decl else ""
+        if re.search(r"\bthrows\b(?!\()", params):
+            continue  # takes a throwing closure
+        if name.startswith(TRANSPORTS) or any(t in name for t in (".pull(since:)", ".push(_:)", ".health()")):
+            continue
+        found.append(line)
+    return found
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "check"
     failed = False
@@ -87,6 +117,10 @@ def main():
                     old, lines, f"api/{module}.txt (baseline)", f"{module} (this build)", lineterm="", n=0))
             else:
                 print(f"api: {module}: {len(lines)} lines, as in api/{module}.txt")
+            if module in TYPED_MODULES:
+                for line in untyped_throws(lines):
+                    failed = True
+                    print(f"api: {module}: throws untyped, not StrataError: {line}")
     if failed:
         print("\napi: the public API differs from its baseline (above: - removed, + added).\n"
               "If the change is deliberate, update the baseline and commit it with the change:\n"

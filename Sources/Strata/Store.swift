@@ -362,20 +362,24 @@ public final class Store: Sendable {
     ///
     /// - Throws: ``StrataError`` `invalidSchema` for a bad definition, `tableExists` when a table
     ///   of that name exists with a different definition.
-    public func createTable(_ schema: TableSchema) throws {
-        try write { try $0.createTable(schema) }
+    public func createTable(_ schema: TableSchema) throws(StrataError) {
+        try strataErrors {
+            try write { try $0.createTable(schema) }
+        }
     }
 
     /// The tables of the store, in creation order.
     public var tables: [TableSchema] {
-        get throws { try read { try $0.tables } }
+        get throws(StrataError) { try strataErrors { try read { try $0.tables } } }
     }
 
     /// Writes buffered commits to disk. Needed only with ``Durability/noSync``.
-    public func flush() throws {
-        try checkedCall {
-            if core.isReadOnly { return }  // nothing was written
-            try Store.mappingStorageErrors { try env.sync() }
+    public func flush() throws(StrataError) {
+        try strataErrors {
+            try checkedCall {
+                if core.isReadOnly { return }  // nothing was written
+                try Store.mappingStorageErrors { try env.sync() }
+            }
         }
     }
 
@@ -468,17 +472,25 @@ extension Store {
     /// The overlay is checkpointed first, so the copy opens without a log tail to fold (a
     /// write committed meanwhile still reaches the copy, through its log). A copy that fails
     /// (a full disk) leaves no partial `data.mdb` behind.
-    public func copy(to path: String, compact: Bool = true) throws {
-        try checkedCall {
-            if !isReadOnly { try checkpoint() }
-            FileSizeSignal.ignore()
-            try Store.mappingStorageErrors {
-                do {
-                    try env.copy(to: path, compact: compact)
-                } catch let e as LMDBError where e.code != EEXIST {
-                    // LMDB created the file (O_EXCL): what it wrote is a fragment, not a store.
-                    unlink(path + "/data.mdb")
-                    throw e
+    public func copy(to path: String, compact: Bool = true) throws(StrataError) {
+        try strataErrors {
+            try checkedCall {
+                if !isReadOnly { try checkpoint() }
+                FileSizeSignal.ignore()
+                try Store.mappingStorageErrors {
+                    do {
+                        try env.copy(to: path, compact: compact)
+                    } catch let e as LMDBError where e.code != EEXIST {
+                        // LMDB created the file (O_EXCL): what it wrote is a fragment, not a store.
+                        unlink(path + "/data.mdb")
+                        // The destination, not the storage engine, is at fault: say so.
+                        if [ENOENT, ENOTDIR, EACCES, EROFS].contains(e.code) {
+                            throw StrataError(.io, "cannot copy the store into '\(path)': \(String(cString: strerror(e.code))) (the folder must exist, be writable and be empty)", cause: e)
+                        }
+                        throw e
+                    } catch let e as LMDBError {
+                        throw StrataError(.io, "cannot copy the store into '\(path)': it already holds a data.mdb (the folder must be empty)", cause: e)
+                    }
                 }
             }
         }

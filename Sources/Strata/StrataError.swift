@@ -123,3 +123,36 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
 func lmdb<R>(_ body: () throws(LMDBError) -> R) throws(StrataError) -> R {
     do { return try body() } catch { throw StrataError.storage(error) }
 }
+
+extension StrataError {
+    /// `error` as a `StrataError`, wrapped once: a `StrataError` as it is, an `LMDBError` as
+    /// ``Code/storage`` (or what ``storage(_:)`` makes of it), a file system error as ``Code/io``,
+    /// a coding error as ``Code/malformedInput``. Anything else is not thrown by Strata's own code;
+    /// it becomes ``Code/storage`` with the error as its cause.
+    package init(wrapping error: any Error) {
+        switch error {
+        case let e as StrataError:
+            self = e
+        case let e as LMDBError:
+            self = .storage(e)
+        case let e as CocoaError:
+            self.init(.io, e.localizedDescription, cause: e)
+        case let e as POSIXError:
+            self.init(.io, e.localizedDescription, cause: e)
+        case let e as DecodingError:
+            self.init(.malformedInput, "\(e)", cause: e)
+        case let e as EncodingError:
+            self.init(.malformedInput, "\(e)", cause: e)
+        default:
+            self.init(.storage, "unexpected error: \(error)", cause: error)
+        }
+    }
+}
+
+/// Runs `body`, whose callees throw untyped, and throws what it threw as a ``StrataError``
+/// (``StrataError/init(wrapping:)``): the adapter between Strata's internals and its public
+/// API, which throws `StrataError` and nothing else.
+@inline(__always)
+package func strataErrors<R>(_ body: () throws -> R) throws(StrataError) -> R {
+    do { return try body() } catch { throw StrataError(wrapping: error) }
+}

@@ -45,8 +45,10 @@ public final class SyncClient: Sendable {
     }
 
     /// The anchor of the last merged delta (`nil` before the first), to pull the next one from.
-    public func anchor() throws -> String? {
-        try store.read { try $0.property(Self.anchorProperty)?.stringValue }
+    public func anchor() throws(StrataError) -> String? {
+        return try strataErrors {
+            try store.read { try $0.property(Self.anchorProperty)?.stringValue }
+        }
     }
 
     // MARK: Merge
@@ -68,12 +70,14 @@ public final class SyncClient: Sendable {
     ///
     /// With `dryRun`, the merge runs and reports but nothing is stored.
     @discardableResult
-    public func merge(_ delta: ServerDelta, policy: ConflictPolicy? = nil, dryRun: Bool = false) throws -> MergeReport {
-        struct DryRun: Error { let report: MergeReport }
-        do {
-            return try merge(delta, policy: policy, abortingWith: dryRun ? { DryRun(report: $0) } : nil)
-        } catch let dry as DryRun {
-            return dry.report
+    public func merge(_ delta: ServerDelta, policy: ConflictPolicy? = nil, dryRun: Bool = false) throws(StrataError) -> MergeReport {
+        return try strataErrors {
+            struct DryRun: Error { let report: MergeReport }
+            do {
+                return try merge(delta, policy: policy, abortingWith: dryRun ? { DryRun(report: $0) } : nil)
+            } catch let dry as DryRun {
+                return dry.report
+            }
         }
     }
 
@@ -223,9 +227,11 @@ public final class SyncClient: Sendable {
 
     /// The rows holding a conflict the app has not resolved (left by the ``ConflictPolicy/deferred``
     /// policy or a custom resolver), in table and key order.
-    public func conflicts() throws -> [UnresolvedConflict] {
-        try store.read { snap in
-            try snap.pendingRows().filter(\.isConflicted).map { UnresolvedConflict($0, try Self.state(of: $0, snap)) }
+    public func conflicts() throws(StrataError) -> [UnresolvedConflict] {
+        return try strataErrors {
+            try store.read { snap in
+                try snap.pendingRows().filter(\.isConflicted).map { UnresolvedConflict($0, try Self.state(of: $0, snap)) }
+            }
         }
     }
 
@@ -252,16 +258,18 @@ public final class SyncClient: Sendable {
     ///   or `.values` names a field that is not in conflict; `fieldNotFound`, `typeMismatch`,
     ///   `nullNotAllowed` for a value that does not fit. On a throw nothing is written.
     /// - Complexity: O(f log f) for the row's f fields.
-    public func resolve(_ table: String, key: RowKey, with choice: Choice) throws {
-        try store.write { tx in
-            guard let row = try tx.row(table, key: key, includingDeleted: true) else {
-                throw StrataError(.rowNotFound, "table '\(table)' has no row with key \(key)")
+    public func resolve(_ table: String, key: RowKey, with choice: Choice) throws(StrataError) {
+        try strataErrors {
+            try store.write { tx in
+                guard let row = try tx.row(table, key: key, includingDeleted: true) else {
+                    throw StrataError(.rowNotFound, "table '\(table)' has no row with key \(key)")
+                }
+                guard row.isConflicted else {
+                    throw StrataError(.invalidOperation, "row \(key) of table '\(table)' holds no conflict")
+                }
+                let state = try Self.resolved(try Self.state(of: row, tx.snapshot), table: table, key: row.key, with: choice)
+                try tx.setRowState(table, key: row.key, state, kind: .resolve, origin: .local)
             }
-            guard row.isConflicted else {
-                throw StrataError(.invalidOperation, "row \(key) of table '\(table)' holds no conflict")
-            }
-            let state = try Self.resolved(try Self.state(of: row, tx.snapshot), table: table, key: row.key, with: choice)
-            try tx.setRowState(table, key: row.key, state, kind: .resolve, origin: .local)
         }
     }
 
@@ -335,45 +343,47 @@ public final class SyncClient: Sendable {
     ///
     /// - Complexity: O(n log n) over the rows of the listed tables.
     @discardableResult
-    public func reset(with snapshot: ServerDelta, keepLocalChanges: Bool) throws -> MergeReport {
-        try store.write { tx in
-            var report = MergeReport()
-            if try tx.property(Self.inFlightProperty) != nil {
-                try tx.setProperty(Self.inFlightProperty, nil)
-                try tx.setProperty(Self.batchStateProperty, nil)
-                try tx.setProperty(Self.frozenAtProperty, nil)
-                try tx.unpinLog(Self.batchPin)
-            }
-            for table in snapshot.tables {
-                let schema = try tx.snapshot.schema(table.table)
-                var server: [RowKey: [String: Value]] = [:]
-                for row in table.upserts {
-                    let key = RowKey(try schema.primaryKey.map { k in
-                        guard let v = row.fields[k] else {
-                            throw StrataError(.missingField, "a row of table '\(table.table)' in the snapshot lacks its key field '\(k)'")
+    public func reset(with snapshot: ServerDelta, keepLocalChanges: Bool) throws(StrataError) -> MergeReport {
+        return try strataErrors {
+            try store.write { tx in
+                var report = MergeReport()
+                if try tx.property(Self.inFlightProperty) != nil {
+                    try tx.setProperty(Self.inFlightProperty, nil)
+                    try tx.setProperty(Self.batchStateProperty, nil)
+                    try tx.setProperty(Self.frozenAtProperty, nil)
+                    try tx.unpinLog(Self.batchPin)
+                }
+                for table in snapshot.tables {
+                    let schema = try tx.snapshot.schema(table.table)
+                    var server: [RowKey: [String: Value]] = [:]
+                    for row in table.upserts {
+                        let key = RowKey(try schema.primaryKey.map { k in
+                            guard let v = row.fields[k] else {
+                                throw StrataError(.missingField, "a row of table '\(table.table)' in the snapshot lacks its key field '\(k)'")
+                            }
+                            return v
+                        })
+                        var fields = row.fields.filter { !schema.primaryKey.contains($0.key) }
+                        // As in a merge, fields the server leaves out take their defaults.
+                        for f in schema.fields where schema.mode == .fixed && !schema.primaryKey.contains(f.name) && fields[f.name] == nil {
+                            if let d = f.defaultValue { fields[f.name] = d }
                         }
-                        return v
-                    })
-                    var fields = row.fields.filter { !schema.primaryKey.contains($0.key) }
-                    // As in a merge, fields the server leaves out take their defaults.
-                    for f in schema.fields where schema.mode == .fixed && !schema.primaryKey.contains(f.name) && fields[f.name] == nil {
-                        if let d = f.defaultValue { fields[f.name] = d }
+                        server[key] = fields
                     }
-                    server[key] = fields
-                }
-                var keys = Set(server.keys)
-                for row in try tx.snapshot.rows(table.table, includingDeleted: true) { keys.insert(row.key) }
-                for key in keys.sorted(by: { $0.description < $1.description }) {
-                    let local = try tx.row(table.table, key: key, includingDeleted: true).map(RowState.init)
-                    let state = MergeRules.reset(local: local, server: server[key], keepLocalChanges: keepLocalChanges)
-                    if state != local {
-                        try tx.setRowState(table.table, key: key, state, kind: .reset, origin: .server)
-                        report.rowsApplied += 1
+                    var keys = Set(server.keys)
+                    for row in try tx.snapshot.rows(table.table, includingDeleted: true) { keys.insert(row.key) }
+                    for key in keys.sorted(by: { $0.description < $1.description }) {
+                        let local = try tx.row(table.table, key: key, includingDeleted: true).map(RowState.init)
+                        let state = MergeRules.reset(local: local, server: server[key], keepLocalChanges: keepLocalChanges)
+                        if state != local {
+                            try tx.setRowState(table.table, key: key, state, kind: .reset, origin: .server)
+                            report.rowsApplied += 1
+                        }
                     }
                 }
+                try tx.setProperty(Self.anchorProperty, .string(snapshot.anchor))
+                return report
             }
-            try tx.setProperty(Self.anchorProperty, .string(snapshot.anchor))
-            return report
         }
     }
 }

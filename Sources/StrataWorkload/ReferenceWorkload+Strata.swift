@@ -11,7 +11,7 @@ public enum StrataEdit: Sendable {
 
     /// Applies the edit to the `tasks` table in `tx`.
     @inline(__always)
-    public func apply(in tx: Transaction) throws {
+    public func apply(in tx: Transaction) throws(StrataError) {
         switch self {
         case .insert(let f): try tx.insert("tasks", f)
         case .update(let k, let f): try tx.update("tasks", key: k, f)

@@ -133,30 +133,32 @@ extension Store {
     ///
     /// - Complexity: O(n) for the rows exported.
     @discardableResult
-    public func exportBriefcase(to path: String, tables: [String]? = nil, dataVersion: String? = nil, properties: [String: String] = [:]) throws -> BriefcaseInfo {
-        let (info, entries) = try read { snap in
-            let schemas = try (tables ?? snap.tables.map(\.name)).map { try snap.schema($0) }
-            var fieldNames: [String: [String]] = [:]
-            for s in schemas { fieldNames[s.name] = try snap.fieldNames(s.name) }
-            var entries: [BriefcaseFormat.Entry] = []
-            for (i, s) in schemas.enumerated() {
-                for row in try snap.rows(s.name, includingDeleted: true) {
-                    entries.append(.init(table: i, key: row.key, state: RowState(row)))
+    public func exportBriefcase(to path: String, tables: [String]? = nil, dataVersion: String? = nil, properties: [String: String] = [:]) throws(StrataError) -> BriefcaseInfo {
+        return try strataErrors {
+            let (info, entries) = try read { snap in
+                let schemas = try (tables ?? snap.tables.map(\.name)).map { try snap.schema($0) }
+                var fieldNames: [String: [String]] = [:]
+                for s in schemas { fieldNames[s.name] = try snap.fieldNames(s.name) }
+                var entries: [BriefcaseFormat.Entry] = []
+                for (i, s) in schemas.enumerated() {
+                    for row in try snap.rows(s.name, includingDeleted: true) {
+                        entries.append(.init(table: i, key: row.key, state: RowState(row)))
+                    }
                 }
+                let info = BriefcaseInfo(
+                    dataVersion: dataVersion, properties: properties, tables: schemas, fieldNames: fieldNames, rowCount: entries.count,
+                    createdAt: Date(), sourceClientID: clientID, storeProperties: try snap.properties()
+                )
+                return (info, entries)
             }
-            let info = BriefcaseInfo(
-                dataVersion: dataVersion, properties: properties, tables: schemas, fieldNames: fieldNames, rowCount: entries.count,
-                createdAt: Date(), sourceClientID: clientID, storeProperties: try snap.properties()
-            )
-            return (info, entries)
+            let bytes = try BriefcaseFormat.encode(info, entries)
+            try writeFileAtomically(bytes, to: path, what: "the briefcase")
+            return info
         }
-        let bytes = try BriefcaseFormat.encode(info, entries)
-        try writeFileAtomically(bytes, to: path, what: "the briefcase")
-        return info
     }
 
     /// Reads and checks a briefcase file without importing it.
-    public static func briefcaseInfo(at path: String) throws -> BriefcaseInfo {
+    public static func briefcaseInfo(at path: String) throws(StrataError) -> BriefcaseInfo {
         try BriefcaseFormat.decode(try readFile(path), path: path).0
     }
 
@@ -175,18 +177,20 @@ extension Store {
     ///   or truncated file; `tableExists` when a table exists with another schema. Nothing is
     ///   imported then.
     @discardableResult
-    public func importBriefcase(from path: String, expectingDataVersion: String? = nil, restoringProperties: Bool = false) throws -> BriefcaseInfo {
-        let (info, entries) = try BriefcaseFormat.decode(try Store.readFile(path), path: path)
-        if let expected = expectingDataVersion, info.dataVersion != expected {
-            throw StrataError(.dataVersionMismatch, "the briefcase '\(path)' holds data version \(info.dataVersion.map { "'\($0)'" } ?? "none"), the app expects '\(expected)'; discard it and fetch the data again")
+    public func importBriefcase(from path: String, expectingDataVersion: String? = nil, restoringProperties: Bool = false) throws(StrataError) -> BriefcaseInfo {
+        return try strataErrors {
+            let (info, entries) = try BriefcaseFormat.decode(try Store.readFile(path), path: path)
+            if let expected = expectingDataVersion, info.dataVersion != expected {
+                throw StrataError(.dataVersionMismatch, "the briefcase '\(path)' holds data version \(info.dataVersion.map { "'\($0)'" } ?? "none"), the app expects '\(expected)'; discard it and fetch the data again")
+            }
+            do {
+                try importRows(info, entries, from: path, restoringProperties: restoringProperties)
+            } catch let e as StrataError {
+                // The transaction rolled back: say so, with what was wrong.
+                throw StrataError(e.code, "\(e.message); nothing was imported from the briefcase '\(path)'", cause: e.cause)
+            }
+            return info
         }
-        do {
-            try importRows(info, entries, from: path, restoringProperties: restoringProperties)
-        } catch let e as StrataError {
-            // The transaction rolled back: say so, with what was wrong.
-            throw StrataError(e.code, "\(e.message); nothing was imported from the briefcase '\(path)'", cause: e.cause)
-        }
-        return info
     }
 
     private func importRows(_ info: BriefcaseInfo, _ entries: [BriefcaseFormat.Entry], from path: String, restoringProperties: Bool) throws {

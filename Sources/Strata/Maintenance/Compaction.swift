@@ -92,46 +92,48 @@ extension Store {
     ///
     /// - Complexity: O(k log n) for the k operations folded.
     @discardableResult
-    public func compact(retaining retention: Retention = Retention()) throws -> CompactionReport {
-        try write { tx in
-            let txn = try tx.txn
-            let reader = txn.reader
-            // The log after the checkpointed views must stay whole (other processes fold it), so
-            // the commit that moves the horizon also checkpoints.
-            tx.requestCheckpoint()
-            let previous = try reader.horizon(in: views)
-            let last = try reader.lastLSN(in: views)
-            var target = last
-            if let n = retention.operations {
-                guard n >= 0 else { throw StrataError(.invalidOperation, "retention of \(n) operations: the count must not be negative") }
-                target = min(target, last - min(UInt64(n), last))
+    public func compact(retaining retention: Retention = Retention()) throws(StrataError) -> CompactionReport {
+        return try strataErrors {
+            try write { tx in
+                let txn = try tx.txn
+                let reader = txn.reader
+                // The log after the checkpointed views must stay whole (other processes fold it), so
+                // the commit that moves the horizon also checkpoints.
+                tx.requestCheckpoint()
+                let previous = try reader.horizon(in: views)
+                let last = try reader.lastLSN(in: views)
+                var target = last
+                if let n = retention.operations {
+                    guard n >= 0 else { throw StrataError(.invalidOperation, "retention of \(n) operations: the count must not be negative") }
+                    target = min(target, last - min(UInt64(n), last))
+                }
+                if let after = retention.after { target = min(target, after) }
+                if let age = retention.age {
+                    guard age >= 0, age.isFinite else { throw StrataError(.invalidOperation, "retention age \(age) s: it must be a finite number of seconds, not negative") }
+                    let cutoff = UInt64(max(0, (Date().timeIntervalSince1970 - age) * 1_000_000))
+                    if let young = try firstOperation(after: previous, newerThan: cutoff, reader) { target = min(target, young - 1) }
+                }
+                var heldBy: CompactionReport.Hold? = nil
+                if let oldestPending = try oldestPendingLSN(reader), oldestPending - 1 < target {
+                    target = oldestPending - 1
+                    heldBy = .pendingEdits
+                }
+                for (name, pin) in try tx.snapshot.logPins where pin < target {
+                    target = pin
+                    heldBy = .pin(name)
+                }
+                var folded = 0
+                if target > previous {
+                    folded = try fold(through: target, txn)
+                    try txn.setMeta(MetaKey.horizon, target, in: views)
+                } else {
+                    target = previous
+                }
+                return CompactionReport(
+                    foldedOperations: folded, previousHorizon: previous, horizon: target,
+                    remainingOperations: try lmdb { () throws(LMDBError) in try reader.stats(views.log).entries },
+                    baseRows: try lmdb { () throws(LMDBError) in try reader.stats(views.base).entries }, heldBy: heldBy)
             }
-            if let after = retention.after { target = min(target, after) }
-            if let age = retention.age {
-                guard age >= 0, age.isFinite else { throw StrataError(.invalidOperation, "retention age \(age) s: it must be a finite number of seconds, not negative") }
-                let cutoff = UInt64(max(0, (Date().timeIntervalSince1970 - age) * 1_000_000))
-                if let young = try firstOperation(after: previous, newerThan: cutoff, reader) { target = min(target, young - 1) }
-            }
-            var heldBy: CompactionReport.Hold? = nil
-            if let oldestPending = try oldestPendingLSN(reader), oldestPending - 1 < target {
-                target = oldestPending - 1
-                heldBy = .pendingEdits
-            }
-            for (name, pin) in try tx.snapshot.logPins where pin < target {
-                target = pin
-                heldBy = .pin(name)
-            }
-            var folded = 0
-            if target > previous {
-                folded = try fold(through: target, txn)
-                try txn.setMeta(MetaKey.horizon, target, in: views)
-            } else {
-                target = previous
-            }
-            return CompactionReport(
-                foldedOperations: folded, previousHorizon: previous, horizon: target,
-                remainingOperations: try lmdb { () throws(LMDBError) in try reader.stats(views.log).entries },
-                baseRows: try lmdb { () throws(LMDBError) in try reader.stats(views.base).entries }, heldBy: heldBy)
         }
     }
 
@@ -269,14 +271,14 @@ extension Snapshot {
     /// The compaction horizon: every operation up to this LSN has been folded into the base
     /// snapshot and is no longer in the log. 0 when the store was never compacted.
     public var horizon: UInt64 {
-        get throws { try txn.horizon(in: views) }
+        get throws(StrataError) { try txn.horizon(in: views) }
     }
 
     /// The log pins: name → LSN after which compaction keeps every operation. `StrataSync`
     /// sets one while an upload batch is in flight, since its acknowledgement must see the
     /// operations merged meanwhile.
     public var logPins: [String: UInt64] {
-        get throws {
+        get throws(StrataError) {
             var pins: [String: UInt64] = [:]
             let prefix = Array(MetaKey.pinPrefix.utf8)
             try txn.scan(views.meta) { c in

@@ -125,15 +125,17 @@ extension Store {
     /// `progress`, if given, is called now and then with the operations folded so far and the
     /// length of the log.
     @discardableResult
-    public func rebuild(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Int {
-        try write { tx in
-            let txn = try tx.txn.writeTxn!
-            // Straight into LMDB: the overlay is dropped, and the commit records the views as
-            // current through the log's end.
-            tx.overlay.version = .empty(at: tx.lastLSN)
-            tx.requestCheckpoint()
-            try Store.mappingStorageErrors { try views.derived.forEach { try txn.clear($0) } }
-            return try Store.fold(from: txn.reader, views, into: txn, views, catalog: tx.catalog, budget: options.foldMemoryLimit, workers: options.foldWorkers, progress: progress)
+    public func rebuild(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws(StrataError) -> Int {
+        return try strataErrors {
+            try write { tx in
+                let txn = try tx.txn.writeTxn!
+                // Straight into LMDB: the overlay is dropped, and the commit records the views as
+                // current through the log's end.
+                tx.overlay.version = .empty(at: tx.lastLSN)
+                tx.requestCheckpoint()
+                try Store.mappingStorageErrors { try views.derived.forEach { try txn.clear($0) } }
+                return try Store.fold(from: txn.reader, views, into: txn, views, catalog: tx.catalog, budget: options.foldMemoryLimit, workers: options.foldWorkers, progress: progress)
+            }
         }
     }
 
@@ -150,70 +152,72 @@ extension Store {
     /// length of the log.
     ///
     /// - Complexity: O(m + n log n + v) for m operations, n rows and v view entries.
-    public func verify(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> VerifyReport {
-        try enterCall()  // fails on a closed Store; counts the call so close() waits for it
-        defer { leaveCall() }
-        let scratchPath = Store.newScratchFolder("verify")
-        defer { try? FileManager.default.removeItem(atPath: scratchPath) }
-        var options = EnvironmentOptions()
-        options.syncMode = .noSync
-        options.mapSize = max(env.usedBytes * 2, 16 << 20)
-        return try Store.mappingStorageErrors {
-            let scratch = try Environment(path: scratchPath, options: options)
-            let scratchViews = try scratch.write { try Views.open($0) }
-            return try env.read { txn in
-                let catalog = try currentCatalog(txn)
-                let version = try overlayVersion(for: txn)
-                var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
-                var rebuiltSums = liveSums
-                var differences: [VerifyReport.Difference] = []
-                /// Folds the log through `lsn` into the (empty) scratch views and compares them
-                /// with the live views as `live` reads them.
-                func check(_ live: ViewReader, through lsn: UInt64, checkpointed: Bool) throws -> Int {
-                    let suffix = checkpointed ? "@checkpoint" : ""
-                    // The scratch store is committed in steps: one transaction would keep all of
-                    // its dirty pages in memory.
-                    let target = try scratch.write { target in
-                        try views.derived.forEach { try target.clear($0) }
-                        return BulkFold(views: scratchViews, catalog: catalog, into: target, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers)
-                    }
-                    var fold = target
-                    fold.commitsInSteps(scratch)
-                    var checks = LogChecks(checksumsFrom: try txn.checksumsFrom(in: views))
-                    // The scan below checked every checksum through the overlay's LSN, in this
-                    // same read transaction.
-                    checks.checkedThrough = version.lsn
-                    let count = try Store.fold(from: txn, views, into: &fold, through: lsn, checks: &checks, progress: suffix.isEmpty ? progress : nil)
-                    try scratch.read { rebuilt in
-                        let databases: [(VerifyReport.Difference.View, Database, Database)] = [
-                            (.rows, views.rows, scratchViews.rows), (.pending, views.pending, scratchViews.pending), (.gone, views.gone, scratchViews.gone),
-                            (.index, views.index, scratchViews.index), (.view, views.view, scratchViews.view),
-                        ]
-                        for (view, a, b) in databases {
-                            let (l, r) = try compare(view, checkpointed: checkpointed, live, a, rebuilt, b, catalog: catalog, into: &differences)
-                            liveSums[view.rawValue + suffix] = l
-                            rebuiltSums[view.rawValue + suffix] = r
+    public func verify(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws(StrataError) -> VerifyReport {
+        return try strataErrors {
+            try enterCall()  // fails on a closed Store; counts the call so close() waits for it
+            defer { leaveCall() }
+            let scratchPath = Store.newScratchFolder("verify")
+            defer { try? FileManager.default.removeItem(atPath: scratchPath) }
+            var options = EnvironmentOptions()
+            options.syncMode = .noSync
+            options.mapSize = max(env.usedBytes * 2, 16 << 20)
+            return try Store.mappingStorageErrors {
+                let scratch = try Environment(path: scratchPath, options: options)
+                let scratchViews = try scratch.write { try Views.open($0) }
+                return try env.read { txn in
+                    let catalog = try currentCatalog(txn)
+                    let version = try overlayVersion(for: txn)
+                    var liveSums: [String: (entries: Int, digest: UInt64)] = [:]
+                    var rebuiltSums = liveSums
+                    var differences: [VerifyReport.Difference] = []
+                    /// Folds the log through `lsn` into the (empty) scratch views and compares them
+                    /// with the live views as `live` reads them.
+                    func check(_ live: ViewReader, through lsn: UInt64, checkpointed: Bool) throws -> Int {
+                        let suffix = checkpointed ? "@checkpoint" : ""
+                        // The scratch store is committed in steps: one transaction would keep all of
+                        // its dirty pages in memory.
+                        let target = try scratch.write { target in
+                            try views.derived.forEach { try target.clear($0) }
+                            return BulkFold(views: scratchViews, catalog: catalog, into: target, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers)
                         }
+                        var fold = target
+                        fold.commitsInSteps(scratch)
+                        var checks = LogChecks(checksumsFrom: try txn.checksumsFrom(in: views))
+                        // The scan below checked every checksum through the overlay's LSN, in this
+                        // same read transaction.
+                        checks.checkedThrough = version.lsn
+                        let count = try Store.fold(from: txn, views, into: &fold, through: lsn, checks: &checks, progress: suffix.isEmpty ? progress : nil)
+                        try scratch.read { rebuilt in
+                            let databases: [(VerifyReport.Difference.View, Database, Database)] = [
+                                (.rows, views.rows, scratchViews.rows), (.pending, views.pending, scratchViews.pending), (.gone, views.gone, scratchViews.gone),
+                                (.index, views.index, scratchViews.index), (.view, views.view, scratchViews.view),
+                            ]
+                            for (view, a, b) in databases {
+                                let (l, r) = try compare(view, checkpointed: checkpointed, live, a, rebuilt, b, catalog: catalog, into: &differences)
+                                liveSums[view.rawValue + suffix] = l
+                                rebuiltSums[view.rawValue + suffix] = r
+                            }
+                        }
+                        return count
                     }
-                    return count
-                }
-                // Every checksum first, every damaged operation named: the fold would stop at the
-                // first, and could not fold the rows it touched without it.
-                let scan = try Store.checkLog(from: txn, views, through: version.lsn)
-                guard scan.damaged.isEmpty else {
-                    var report = VerifyReport(operations: scan.operations, live: [:], rebuilt: [:], differences: [])
-                    report.damagedOperations = scan.damaged.map { .init(lsn: $0.lsn, reason: $0.why) }
+                    // Every checksum first, every damaged operation named: the fold would stop at the
+                    // first, and could not fold the rows it touched without it.
+                    let scan = try Store.checkLog(from: txn, views, through: version.lsn)
+                    guard scan.damaged.isEmpty else {
+                        var report = VerifyReport(operations: scan.operations, live: [:], rebuilt: [:], differences: [])
+                        report.damagedOperations = scan.damaged.map { .init(lsn: $0.lsn, reason: $0.why) }
+                        report.operationsWithoutChecksum = scan.unchecksummed
+                        return report
+                    }
+                    let count = try check(ViewReader(txn: txn, views: views, overlay: OverlayBuffer(version)), through: version.lsn, checkpointed: false)
+                    if !version.isEmpty {
+                        let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? version.lsn
+                        _ = try check(ViewReader(txn: txn, views: views, overlay: nil), through: viewsLSN, checkpointed: true)
+                    }
+                    var report = VerifyReport(operations: count, live: liveSums, rebuilt: rebuiltSums, differences: differences)
                     report.operationsWithoutChecksum = scan.unchecksummed
                     return report
                 }
-                let count = try check(ViewReader(txn: txn, views: views, overlay: OverlayBuffer(version)), through: version.lsn, checkpointed: false)
-                if !version.isEmpty {
-                    let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? version.lsn
-                    _ = try check(ViewReader(txn: txn, views: views, overlay: nil), through: viewsLSN, checkpointed: true)
-                }
-                var report = VerifyReport(operations: count, live: liveSums, rebuilt: rebuiltSums, differences: differences)
-                report.operationsWithoutChecksum = scan.unchecksummed
-                return report
             }
         }
     }

@@ -15,23 +15,25 @@ extension Store {
     /// - Throws: ``StrataError`` `busy` when the store is open (in this process or another),
     ///   `io` when there is no store at `path`, `diskFull` when the copy does not fit.
     @discardableResult
-    public static func reclaimSpace(at path: String) throws -> (before: Int, after: Int) {
-        let data = path + "/data.mdb"
-        guard FileManager.default.fileExists(atPath: data) else {
-            throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
-        }
-        // Never rewrite a file that is not a Strata store (see `StoreFiles`).
-        let found = StoreFiles.Before(path)
-        try StoreFiles.refuseEmptyDataFile(in: path)
-        let fd = try lockFolder(path, exclusive: true)
-        do {
-            let result = try reclaimSpace(at: path, locked: ())
-            closeDescriptor(fd)
-            return result
-        } catch {
-            closeDescriptor(fd)
-            if (error as? StrataError)?.code == .notAStore { StoreFiles.removeCreatedLockFiles(in: path, before: found) }
-            throw error
+    public static func reclaimSpace(at path: String) throws(StrataError) -> (before: Int, after: Int) {
+        return try strataErrors {
+            let data = path + "/data.mdb"
+            guard FileManager.default.fileExists(atPath: data) else {
+                throw StrataError(.io, "no Strata store at '\(path)' (no data.mdb in that folder)")
+            }
+            // Never rewrite a file that is not a Strata store (see `StoreFiles`).
+            let found = StoreFiles.Before(path)
+            try StoreFiles.refuseEmptyDataFile(in: path)
+            let fd = try lockFolder(path, exclusive: true)
+            do {
+                let result = try reclaimSpace(at: path, locked: ())
+                closeDescriptor(fd)
+                return result
+            } catch {
+                closeDescriptor(fd)
+                if (error as? StrataError)?.code == .notAStore { StoreFiles.removeCreatedLockFiles(in: path, before: found) }
+                throw error
+            }
         }
     }
 

@@ -22,69 +22,71 @@ extension Store {
     /// `progress`, if given, is called now and then with the operations replayed so far and the
     /// number to replay.
     @discardableResult
-    public func replay(into path: String, through lsn: UInt64 = .max, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws -> Store {
-        try enterCall()  // fails on a closed Store; counts the call so close() waits for it
-        defer { leaveCall() }
-        guard !FileManager.default.fileExists(atPath: path + "/data.mdb") else {
-            throw StrataError(.io, "'\(path)' already holds a store; replay needs an empty folder")
-        }
-        let horizon = try read { try $0.horizon }
-        guard lsn >= horizon else {
-            throw StrataError(.compacted, "cannot replay through LSN \(lsn): the log was compacted through LSN \(horizon), so the store's state before that is gone")
-        }
-        let building = try Store.replayFolder(in: path)
-        var completed = false
-        defer { if !completed { try? FileManager.default.removeItem(atPath: building) } }
-        do {
-            var options = StoreOptions()
-            options.durability = .noSync
-            options.initialMapSize = max(env.usedBytes * 2, 16 << 20)
-            let target = try Store(path: building, options: options)
-            defer { target.close() }
-            // What one step of the target's writes holds: LMDB keeps a write transaction's dirty
-            // pages in memory, so one transaction for a long log would hold hundreds of MiB.
-            let stepBytes = BulkFold.stepBytes(budget: self.options.foldMemoryLimit)
-            try Store.mappingStorageErrors {
-                try env.read { source in
-                    let catalog = try currentCatalog(source)
-                    try target.env.write { txn in
-                        // The catalog as it is now: operations name tables and fields by id, and ids
-                        // are never reused, so the current catalog reads every older operation.
-                        if let catalog = try source.meta(MetaKey.catalog, in: views) {
-                            try txn.setMeta(MetaKey.catalog, Array(catalog), in: target.views)
+    public func replay(into path: String, through lsn: UInt64 = .max, progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws(StrataError) -> Store {
+        return try strataErrors {
+            try enterCall()  // fails on a closed Store; counts the call so close() waits for it
+            defer { leaveCall() }
+            guard !FileManager.default.fileExists(atPath: path + "/data.mdb") else {
+                throw StrataError(.io, "'\(path)' already holds a store; replay needs an empty folder")
+            }
+            let horizon = try read { try $0.horizon }
+            guard lsn >= horizon else {
+                throw StrataError(.compacted, "cannot replay through LSN \(lsn): the log was compacted through LSN \(horizon), so the store's state before that is gone")
+            }
+            let building = try Store.replayFolder(in: path)
+            var completed = false
+            defer { if !completed { try? FileManager.default.removeItem(atPath: building) } }
+            do {
+                var options = StoreOptions()
+                options.durability = .noSync
+                options.initialMapSize = max(env.usedBytes * 2, 16 << 20)
+                let target = try Store(path: building, options: options)
+                defer { target.close() }
+                // What one step of the target's writes holds: LMDB keeps a write transaction's dirty
+                // pages in memory, so one transaction for a long log would hold hundreds of MiB.
+                let stepBytes = BulkFold.stepBytes(budget: self.options.foldMemoryLimit)
+                try Store.mappingStorageErrors {
+                    try env.read { source in
+                        let catalog = try currentCatalog(source)
+                        try target.env.write { txn in
+                            // The catalog as it is now: operations name tables and fields by id, and ids
+                            // are never reused, so the current catalog reads every older operation.
+                            if let catalog = try source.meta(MetaKey.catalog, in: views) {
+                                try txn.setMeta(MetaKey.catalog, Array(catalog), in: target.views)
+                            }
+                            try txn.setMeta(MetaKey.catalogVersion, try source.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0, in: target.views)
+                            // A compacted store starts from its base snapshot, which the replay keeps.
+                            try txn.setMeta(MetaKey.horizon, horizon, in: target.views)
+                            // The operations are copied as they are: those before checksums stay without.
+                            try txn.setMeta(MetaKey.checksumsFrom, try source.checksumsFrom(in: views), in: target.views)
                         }
-                        try txn.setMeta(MetaKey.catalogVersion, try source.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0, in: target.views)
-                        // A compacted store starts from its base snapshot, which the replay keeps.
-                        try txn.setMeta(MetaKey.horizon, horizon, in: target.views)
-                        // The operations are copied as they are: those before checksums stay without.
-                        try txn.setMeta(MetaKey.checksumsFrom, try source.checksumsFrom(in: views), in: target.views)
-                    }
-                    try Store.copyInSteps(from: source, views.base, to: target.env, target.views.base, through: .max, stepBytes: stepBytes)
-                    try Store.copyInSteps(from: source, views.log, to: target.env, target.views.log, through: lsn, stepBytes: stepBytes)
-                    // The fold checks every checksum as it reads: a damaged operation fails the
-                    // replay, and the half-built store is removed.
-                    var fold = try target.env.write { txn in
-                        BulkFold(views: target.views, catalog: catalog, into: txn, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers)
-                    }
-                    fold.commitsInSteps(target.env)
-                    var checks = LogChecks(checksumsFrom: try source.checksumsFrom(in: views))
-                    _ = try Store.fold(from: source, views, into: &fold, through: lsn, checks: &checks, progress: progress)
-                    try target.env.write { txn in
-                        // The fold wrote the views themselves: they are current through the last
-                        // operation copied.
-                        try txn.setMeta(MetaKey.viewsLSN, try txn.lastLSN(in: target.views), in: target.views)
+                        try Store.copyInSteps(from: source, views.base, to: target.env, target.views.base, through: .max, stepBytes: stepBytes)
+                        try Store.copyInSteps(from: source, views.log, to: target.env, target.views.log, through: lsn, stepBytes: stepBytes)
+                        // The fold checks every checksum as it reads: a damaged operation fails the
+                        // replay, and the half-built store is removed.
+                        var fold = try target.env.write { txn in
+                            BulkFold(views: target.views, catalog: catalog, into: txn, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers)
+                        }
+                        fold.commitsInSteps(target.env)
+                        var checks = LogChecks(checksumsFrom: try source.checksumsFrom(in: views))
+                        _ = try Store.fold(from: source, views, into: &fold, through: lsn, checks: &checks, progress: progress)
+                        try target.env.write { txn in
+                            // The fold wrote the views themselves: they are current through the last
+                            // operation copied.
+                            try txn.setMeta(MetaKey.viewsLSN, try txn.lastLSN(in: target.views), in: target.views)
+                        }
                     }
                 }
+                try target.flush()
+                target.close()
+            } catch let error as StrataError {
+                // Diagnosed here, while the half-built file it looks at is still there.
+                throw Store.diagnosingDiskFull(error, writingIn: building)
             }
-            try target.flush()
-            target.close()
-        } catch let error as StrataError {
-            // Diagnosed here, while the half-built file it looks at is still there.
-            throw Store.diagnosingDiskFull(error, writingIn: building)
+            try Store.moveReplayedStore(from: building, into: path)
+            completed = true
+            return try Store(path: path)
         }
-        try Store.moveReplayedStore(from: building, into: path)
-        completed = true
-        return try Store(path: path)
     }
 
     /// Copies the entries of `db` (read through `reader`) whose 8-byte big-endian keys are at
@@ -160,7 +162,7 @@ extension Snapshot {
     /// Field-level blame: for each field of the row, the operation that last set it.
     ///
     /// - Complexity: O(h log m) for h operations on the row.
-    public func blame(_ table: String, key: RowKey) throws -> [String: LogEntry] {
+    public func blame(_ table: String, key: RowKey) throws(StrataError) -> [String: LogEntry] {
         var blame: [String: LogEntry] = [:]
         for entry in try history(table, key: key) {
             for change in entry.changes { blame[change.field] = entry }

@@ -77,148 +77,150 @@ extension Store {
     /// - Throws: ``StrataError`` `io` when `damaged` has no `data.mdb` or `path` already holds a
     ///   store; `corruptRecord` when no schema catalog can be found.
     /// - Complexity: O(file size + k log k) for k operations recovered.
-    public static func salvage(from damaged: String, into path: String) throws -> SalvageReport {
-        let file = damaged + "/data.mdb"
-        guard let data = FileManager.default.contents(atPath: file) else {
-            throw StrataError(.io, "no Strata store at '\(damaged)' (cannot read data.mdb in that folder)")
-        }
-        if FileManager.default.fileExists(atPath: path + "/data.mdb") {
-            throw StrataError(.io, "'\(path)' already holds a store; salvage writes into a new folder")
-        }
-        let scan = RawPages(Array(data))
-        var report = SalvageReport()
-        report.pages = scan.pageCount
-        report.unreadablePages = scan.unreadable
-
-        // The newest readable meta page: the one with the highest lastTxn, then catalog version.
-        guard let meta = scan.metaCandidates.max(by: { ($0.lastTxn, $0.catalogVersion) < ($1.lastTxn, $1.catalogVersion) }),
-              let catalogBytes = meta.entries[MetaKey.catalog]
-        else {
-            throw StrataError(.corruptRecord, "no readable schema catalog in '\(damaged)': the meta pages are damaged, so nothing can be salvaged")
-        }
-        let catalog = try withBytes(catalogBytes) { (b) throws(StrataError) in try Catalog(decoding: b, version: meta.catalogVersion) }
-        report.horizon = meta.horizon
-
-        // Every operation whose checksum holds (when it has one) and that decodes; the first
-        // such copy of an LSN wins (LMDB leaves older copies of pages behind, and an operation is
-        // never rewritten, so intact copies agree). Without the damaged store's `checksumsFrom`,
-        // operations without a checksum are taken at any LSN: recovering more is the point here.
-        let checksumsFrom = meta.checksumsFrom ?? .max
-        var operations: [UInt64: [UInt8]] = [:]
-        var damaged = Set<UInt64>()
-        var lastTxn = meta.lastTxn
-        for (lsn, record) in scan.logCandidates where operations[lsn] == nil {
-            guard lsn > meta.horizon, lsn <= Counter.limit else { continue }
-            let valid: Bool = withBytes(record) { (b) -> Bool in
-                if case .damaged = RecordChecksum.status(b, lsn: lsn, checksumsFrom: checksumsFrom) {
-                    damaged.insert(lsn)
-                    return false
-                }
-                guard let header = try? OperationHeader(b), header.txnID <= meta.lastTxn || meta.lastTxn == 0,
-                      catalog.tables[header.tableID(in: b)] != nil,
-                      (try? LogEntry(lsn: lsn, record: b, catalog: catalog, checksumsFrom: checksumsFrom)) != nil
-                else { return false }
-                return true
+    public static func salvage(from damaged: String, into path: String) throws(StrataError) -> SalvageReport {
+        return try strataErrors {
+            let file = damaged + "/data.mdb"
+            guard let data = FileManager.default.contents(atPath: file) else {
+                throw StrataError(.io, "no Strata store at '\(damaged)' (cannot read data.mdb in that folder)")
             }
-            if valid {
-                operations[lsn] = record
-                lastTxn = max(lastTxn, withBytes(record) { (b) -> UInt64 in (try? OperationHeader(b).txnID) ?? 0 })
+            if FileManager.default.fileExists(atPath: path + "/data.mdb") {
+                throw StrataError(.io, "'\(path)' already holds a store; salvage writes into a new folder")
             }
-        }
+            let scan = RawPages(Array(data))
+            var report = SalvageReport()
+            report.pages = scan.pageCount
+            report.unreadablePages = scan.unreadable
 
-        // Per row, keep the newest unbroken chain of operations.
-        var byTarget: [[UInt8]: [UInt64]] = [:]
-        var prevOf: [UInt64: UInt64] = [:]
-        for (lsn, record) in operations {
-            try withBytes(record) { (b) throws(StrataError) in
-                let header = try OperationHeader(b)
-                byTarget[Array(b[header.target]), default: []].append(lsn)
-                prevOf[lsn] = header.prevLSN
+            // The newest readable meta page: the one with the highest lastTxn, then catalog version.
+            guard let meta = scan.metaCandidates.max(by: { ($0.lastTxn, $0.catalogVersion) < ($1.lastTxn, $1.catalogVersion) }),
+                  let catalogBytes = meta.entries[MetaKey.catalog]
+            else {
+                throw StrataError(.corruptRecord, "no readable schema catalog in '\(damaged)': the meta pages are damaged, so nothing can be salvaged")
             }
-        }
-        var kept: [(lsn: UInt64, record: [UInt8])] = []
-        for (target, lsns) in byTarget {
-            var lsn = lsns.max()!
-            var chain: [UInt64] = []
-            while true {
-                chain.append(lsn)
-                let prev = prevOf[lsn]!
-                if prev == 0 { break }
-                if prev <= meta.horizon || operations[prev] == nil || prev >= lsn {
-                    if prev > meta.horizon || prev >= lsn {
-                        let table = catalog.tables[target.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }]
-                        let key = table.flatMap { t in try? withBytes(target) { (k) throws(StrataError) in try t.decodeKey(k) } }
-                        report.rowsWithGaps.append(.init(table: table?.schema.name ?? "?", key: key ?? RowKey([]), keptFrom: lsn, missing: prev))
+            let catalog = try withBytes(catalogBytes) { (b) throws(StrataError) in try Catalog(decoding: b, version: meta.catalogVersion) }
+            report.horizon = meta.horizon
+
+            // Every operation whose checksum holds (when it has one) and that decodes; the first
+            // such copy of an LSN wins (LMDB leaves older copies of pages behind, and an operation is
+            // never rewritten, so intact copies agree). Without the damaged store's `checksumsFrom`,
+            // operations without a checksum are taken at any LSN: recovering more is the point here.
+            let checksumsFrom = meta.checksumsFrom ?? .max
+            var operations: [UInt64: [UInt8]] = [:]
+            var damaged = Set<UInt64>()
+            var lastTxn = meta.lastTxn
+            for (lsn, record) in scan.logCandidates where operations[lsn] == nil {
+                guard lsn > meta.horizon, lsn <= Counter.limit else { continue }
+                let valid: Bool = withBytes(record) { (b) -> Bool in
+                    if case .damaged = RecordChecksum.status(b, lsn: lsn, checksumsFrom: checksumsFrom) {
+                        damaged.insert(lsn)
+                        return false
                     }
-                    break
+                    guard let header = try? OperationHeader(b), header.txnID <= meta.lastTxn || meta.lastTxn == 0,
+                          catalog.tables[header.tableID(in: b)] != nil,
+                          (try? LogEntry(lsn: lsn, record: b, catalog: catalog, checksumsFrom: checksumsFrom)) != nil
+                    else { return false }
+                    return true
                 }
-                lsn = prev
+                if valid {
+                    operations[lsn] = record
+                    lastTxn = max(lastTxn, withBytes(record) { (b) -> UInt64 in (try? OperationHeader(b).txnID) ?? 0 })
+                }
             }
-            report.operationsBeforeGaps += lsns.count - chain.count
-            for (i, l) in chain.enumerated() {
-                // The oldest kept operation starts the row afresh: its predecessor is not in the
-                // new log, and the history walk must not look for it.
-                let record = i == chain.count - 1 && prevOf[l]! != 0 ? try clearingPrevLSN(operations[l]!) : operations[l]!
-                kept.append((l, record))
+
+            // Per row, keep the newest unbroken chain of operations.
+            var byTarget: [[UInt8]: [UInt64]] = [:]
+            var prevOf: [UInt64: UInt64] = [:]
+            for (lsn, record) in operations {
+                try withBytes(record) { (b) throws(StrataError) in
+                    let header = try OperationHeader(b)
+                    byTarget[Array(b[header.target]), default: []].append(lsn)
+                    prevOf[lsn] = header.prevLSN
+                }
             }
-        }
-        kept.sort { $0.lsn < $1.lsn }
-        report.rowsWithGaps.sort { $0.keptFrom < $1.keptFrom }
-
-        // What was lost: the LSNs after the horizon, up to the last recovered, not recovered —
-        // the holes between consecutive recovered LSNs (a damaged key can make one huge, so
-        // they are never enumerated one by one).
-        var lost: [ClosedRange<UInt64>] = []
-        var expected = meta.horizon + 1
-        for lsn in operations.keys.sorted() {
-            if lsn > expected { lost.append(expected...(lsn - 1)) }
-            expected = lsn + 1
-        }
-        report.lostRanges = lost
-        // Up to the last recovered LSN, as `lostRanges`: beyond it, other databases' 8-byte
-        // keys (read as LSNs) would be taken for damaged operations.
-        let lastFound = operations.keys.max() ?? 0
-        report.damagedOperations = damaged.filter { $0 <= lastFound && operations[$0] == nil }.sorted()
-        report.recoveredOperations = kept.count
-        if let first = kept.first, let last = kept.last { report.recoveredRange = first.lsn...last.lsn }
-
-        // The new store: the damaged one's identity and schema, then its operations, then views.
-        do {
-            let store = try Store(path: path)
-            try Store.asStrataError {
-                try store.env.write { txn in
-                    let views = store.views
-                    try txn.setMeta(MetaKey.catalog, catalogBytes, in: views)
-                    try txn.setMeta(MetaKey.catalogVersion, meta.catalogVersion, in: views)
-                    if let id = meta.entries[MetaKey.clientID] { try txn.setMeta(MetaKey.clientID, id, in: views) }
-                    try txn.setMeta(MetaKey.lastTxn, lastTxn, in: views)
-                    for (key, value) in meta.entries where key.hasPrefix("p:") || key.hasPrefix(MetaKey.pinPrefix) {
-                        if key.hasPrefix(MetaKey.pinPrefix), value.count != 8 { continue }
-                        try txn.setMeta(key, value, in: views)
+            var kept: [(lsn: UInt64, record: [UInt8])] = []
+            for (target, lsns) in byTarget {
+                var lsn = lsns.max()!
+                var chain: [UInt64] = []
+                while true {
+                    chain.append(lsn)
+                    let prev = prevOf[lsn]!
+                    if prev == 0 { break }
+                    if prev <= meta.horizon || operations[prev] == nil || prev >= lsn {
+                        if prev > meta.horizon || prev >= lsn {
+                            let table = catalog.tables[target.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }]
+                            let key = table.flatMap { t in try? withBytes(target) { (k) throws(StrataError) in try t.decodeKey(k) } }
+                            report.rowsWithGaps.append(.init(table: table?.schema.name ?? "?", key: key ?? RowKey([]), keptFrom: lsn, missing: prev))
+                        }
+                        break
                     }
-                    for (lsn, record) in kept {
-                        try lmdb { () throws(LMDBError) in
-                            var k = lsn.bigEndian
-                            try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in
-                                try withBytes(record) { (v) throws(LMDBError) in try txn.put(kb, v, in: views.log, flags: .append) }
+                    lsn = prev
+                }
+                report.operationsBeforeGaps += lsns.count - chain.count
+                for (i, l) in chain.enumerated() {
+                    // The oldest kept operation starts the row afresh: its predecessor is not in the
+                    // new log, and the history walk must not look for it.
+                    let record = i == chain.count - 1 && prevOf[l]! != 0 ? try clearingPrevLSN(operations[l]!) : operations[l]!
+                    kept.append((l, record))
+                }
+            }
+            kept.sort { $0.lsn < $1.lsn }
+            report.rowsWithGaps.sort { $0.keptFrom < $1.keptFrom }
+
+            // What was lost: the LSNs after the horizon, up to the last recovered, not recovered —
+            // the holes between consecutive recovered LSNs (a damaged key can make one huge, so
+            // they are never enumerated one by one).
+            var lost: [ClosedRange<UInt64>] = []
+            var expected = meta.horizon + 1
+            for lsn in operations.keys.sorted() {
+                if lsn > expected { lost.append(expected...(lsn - 1)) }
+                expected = lsn + 1
+            }
+            report.lostRanges = lost
+            // Up to the last recovered LSN, as `lostRanges`: beyond it, other databases' 8-byte
+            // keys (read as LSNs) would be taken for damaged operations.
+            let lastFound = operations.keys.max() ?? 0
+            report.damagedOperations = damaged.filter { $0 <= lastFound && operations[$0] == nil }.sorted()
+            report.recoveredOperations = kept.count
+            if let first = kept.first, let last = kept.last { report.recoveredRange = first.lsn...last.lsn }
+
+            // The new store: the damaged one's identity and schema, then its operations, then views.
+            do {
+                let store = try Store(path: path)
+                try Store.asStrataError {
+                    try store.env.write { txn in
+                        let views = store.views
+                        try txn.setMeta(MetaKey.catalog, catalogBytes, in: views)
+                        try txn.setMeta(MetaKey.catalogVersion, meta.catalogVersion, in: views)
+                        if let id = meta.entries[MetaKey.clientID] { try txn.setMeta(MetaKey.clientID, id, in: views) }
+                        try txn.setMeta(MetaKey.lastTxn, lastTxn, in: views)
+                        for (key, value) in meta.entries where key.hasPrefix("p:") || key.hasPrefix(MetaKey.pinPrefix) {
+                            if key.hasPrefix(MetaKey.pinPrefix), value.count != 8 { continue }
+                            try txn.setMeta(key, value, in: views)
+                        }
+                        for (lsn, record) in kept {
+                            try lmdb { () throws(LMDBError) in
+                                var k = lsn.bigEndian
+                                try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in
+                                    try withBytes(record) { (v) throws(LMDBError) in try txn.put(kb, v, in: views.log, flags: .append) }
+                                }
                             }
                         }
+                        // The log may have gaps (lost records), which a fold of its tail refuses: the
+                        // views are marked current here, and the rebuild below makes them so.
+                        if let last = kept.last { try txn.setMeta(MetaKey.viewsLSN, last.lsn, in: views) }
+                        // Operations without a checksum are kept as they are: the new store requires
+                        // one only after the last of them.
+                        let unchecksummed = kept.last { $0.record.first.map { $0 < RecordFormat.checksummedFormat } ?? false }
+                        try txn.setMeta(MetaKey.checksumsFrom, (unchecksummed?.lsn ?? 0) + 1, in: views)
                     }
-                    // The log may have gaps (lost records), which a fold of its tail refuses: the
-                    // views are marked current here, and the rebuild below makes them so.
-                    if let last = kept.last { try txn.setMeta(MetaKey.viewsLSN, last.lsn, in: views) }
-                    // Operations without a checksum are kept as they are: the new store requires
-                    // one only after the last of them.
-                    let unchecksummed = kept.last { $0.record.first.map { $0 < RecordFormat.checksummedFormat } ?? false }
-                    try txn.setMeta(MetaKey.checksumsFrom, (unchecksummed?.lsn ?? 0) + 1, in: views)
                 }
             }
+            // Reopened, so that the catalog and client id just written are the ones in use.
+            let store = try Store(path: path)
+            try store.rebuild()
+            report.pendingRows = try store.read { try $0.pendingRows().count }
+            return report
         }
-        // Reopened, so that the catalog and client id just written are the ones in use.
-        let store = try Store(path: path)
-        try store.rebuild()
-        report.pendingRows = try store.read { try $0.pendingRows().count }
-        return report
     }
 
     /// The operation `record` with its previous LSN set to 0.

@@ -95,7 +95,7 @@ extension Row {
     /// The row as a `Decodable` record: its fields by name (dates as `Date`, bytes as `Data`).
     ///
     /// - Throws: ``StrataError`` `typeMismatch` naming the field when the row does not fit `T`.
-    public func decode<T: Decodable>(_ type: T.Type) throws -> T {
+    public func decode<T: Decodable>(_ type: T.Type) throws(StrataError) -> T {
         let object = Dictionary(uniqueKeysWithValues: zip(fieldNames, currents.map(RecordCoding.scalar)))
         do {
             return try RecordCoding.decoder().decode(T.self, from: try RecordCoding.encoder().encode(object))
@@ -112,24 +112,30 @@ extension Row {
 
 extension Snapshot {
     /// The row with `key`, decoded as a `T` (see ``Row/decode(_:)``), or `nil`.
-    public func record<T: Decodable>(_ type: T.Type, from table: String, key: RowKey) throws -> T? {
+    public func record<T: Decodable>(_ type: T.Type, from table: String, key: RowKey) throws(StrataError) -> T? {
         try row(table, key: key)?.decode(T.self)
     }
 
     /// The rows of a query, decoded as `T`s.
-    public func records<T: Decodable>(_ type: T.Type, _ query: Query) throws -> [T] {
-        try rows(query).map { try $0.decode(T.self) }
+    public func records<T: Decodable>(_ type: T.Type, _ query: Query) throws(StrataError) -> [T] {
+        return try strataErrors {
+            try rows(query).map { try $0.decode(T.self) }
+        }
     }
 }
 
 extension Transaction {
     /// Inserts an `Encodable` record: its properties are the row's fields (the key included).
-    public func insert<T: Encodable>(_ record: T, into table: String) throws {
-        try insert(table, try RecordCoding.fields(of: record, for: try catalog.table(named: table)))
+    public func insert<T: Encodable>(_ record: T, into table: String) throws(StrataError) {
+        try strataErrors {
+            try insert(table, try RecordCoding.fields(of: record, for: try catalog.table(named: table)))
+        }
     }
 
     /// Inserts the record, or updates the row with its key to the record's values.
-    public func upsert<T: Encodable>(_ record: T, into table: String) throws {
-        try upsert(table, try RecordCoding.fields(of: record, for: try catalog.table(named: table)))
+    public func upsert<T: Encodable>(_ record: T, into table: String) throws(StrataError) {
+        try strataErrors {
+            try upsert(table, try RecordCoding.fields(of: record, for: try catalog.table(named: table)))
+        }
     }
 }

@@ -4,23 +4,27 @@ extension Snapshot {
     /// The rows of a query: those matching its condition, in its order, up to its limit.
     ///
     /// - Complexity: O(n log n) for n rows of the table.
-    public func rows(_ query: Query) throws -> [Row] {
-        var rows = try sortedMatches(query)
-        if let limit = query.limit { rows = Array(rows.prefix(limit)) }
-        return rows
+    public func rows(_ query: Query) throws(StrataError) -> [Row] {
+        return try strataErrors {
+            var rows = try sortedMatches(query)
+            if let limit = query.limit { rows = Array(rows.prefix(limit)) }
+            return rows
+        }
     }
 
     /// The number of rows matching the query's condition (its limit ignored).
     ///
     /// - Complexity: O(n) for n rows of the table.
-    public func count(_ query: Query) throws -> Int {
-        try validate(query)
-        var n = 0
-        try forEachRow(query.table) { row in
-            if query.filter?.matches(row) ?? true { n += 1 }
-            return true
+    public func count(_ query: Query) throws(StrataError) -> Int {
+        return try strataErrors {
+            try validate(query)
+            var n = 0
+            try forEachRow(query.table) { row in
+                if query.filter?.matches(row) ?? true { n += 1 }
+                return true
+            }
+            return n
         }
-        return n
     }
 
     /// One page of a query: up to `size` rows after `after` (from the start when `nil`). A page
@@ -35,28 +39,30 @@ extension Snapshot {
     /// field, or use a named view (``page(view:size:after:)``), for large paged lists.
     ///
     /// - Complexity: O(log n + size) along an index; otherwise O(n log n) for n rows of the table.
-    public func page(_ query: Query, size: Int, after: PageToken? = nil) throws -> Page {
-        precondition(size > 0, "a page holds at least one row")
-        try validate(query)
-        let t = try catalog.table(named: query.table)
-        if query.limit == nil, case .indexOrder(let index) = plan(query, t) {
-            return try indexPage(query, t, index, size: size, after: after)
-        }
-        var rows = try sortedMatches(query)
-        if let limit = query.limit { rows = Array(rows.prefix(limit)) }
-        var start = 0
-        if let after {
-            // The first row after the token: binary search in the query's order.
-            var (lo, hi) = (0, rows.count)
-            while lo < hi {
-                let mid = (lo + hi) / 2
-                if Self.compare(query, sortValues(rows[mid], query), rows[mid].key, after.sortValues, after.key) <= 0 { lo = mid + 1 } else { hi = mid }
+    public func page(_ query: Query, size: Int, after: PageToken? = nil) throws(StrataError) -> Page {
+        return try strataErrors {
+            precondition(size > 0, "a page holds at least one row")
+            try validate(query)
+            let t = try catalog.table(named: query.table)
+            if query.limit == nil, case .indexOrder(let index) = plan(query, t) {
+                return try indexPage(query, t, index, size: size, after: after)
             }
-            start = lo
+            var rows = try sortedMatches(query)
+            if let limit = query.limit { rows = Array(rows.prefix(limit)) }
+            var start = 0
+            if let after {
+                // The first row after the token: binary search in the query's order.
+                var (lo, hi) = (0, rows.count)
+                while lo < hi {
+                    let mid = (lo + hi) / 2
+                    if Self.compare(query, sortValues(rows[mid], query), rows[mid].key, after.sortValues, after.key) <= 0 { lo = mid + 1 } else { hi = mid }
+                }
+                start = lo
+            }
+            let slice = Array(rows[start..<min(start + size, rows.count)])
+            let next = start + size < rows.count ? slice.last.map { PageToken(sortValues: sortValues($0, query), key: $0.key) } : nil
+            return Page(rows: slice, next: next)
         }
-        let slice = Array(rows[start..<min(start + size, rows.count)])
-        let next = start + size < rows.count ? slice.last.map { PageToken(sortValues: sortValues($0, query), key: $0.key) } : nil
-        return Page(rows: slice, next: next)
     }
 
     /// A page read along an index in the query's order: from the run of entries holding the
@@ -145,14 +151,16 @@ extension Snapshot {
     /// ranges (<count>)` or `scan`; the last two followed by `, then sort (…)` when the query
     /// has a sort order, which is then applied to the whole result (by ``page(_:size:after:)``
     /// too, for every page).
-    public func explain(_ query: Query) throws -> String {
-        try validate(query)
-        // A sort the plan does not give is done on the whole result, for every page too.
-        let sort = query.orderBy.isEmpty ? "" : ", then sort (no index gives this order: each page sorts the whole result)"
-        switch plan(query, try catalog.table(named: query.table)) {
-        case .indexOrder(let i): return "index \(i.name) in order"
-        case .indexRanges(let i, let r): return "index \(i.name) ranges (\(r.count))" + sort
-        case .scan: return "scan" + sort
+    public func explain(_ query: Query) throws(StrataError) -> String {
+        return try strataErrors {
+            try validate(query)
+            // A sort the plan does not give is done on the whole result, for every page too.
+            let sort = query.orderBy.isEmpty ? "" : ", then sort (no index gives this order: each page sorts the whole result)"
+            switch plan(query, try catalog.table(named: query.table)) {
+            case .indexOrder(let i): return "index \(i.name) in order"
+            case .indexRanges(let i, let r): return "index \(i.name) ranges (\(r.count))" + sort
+            case .scan: return "scan" + sort
+            }
         }
     }
 
@@ -306,7 +314,7 @@ extension Snapshot {
     /// an index lookup, otherwise a scan; with several matches, the first in key order.
     ///
     /// - Complexity: O(log n) with an index on `field`, O(n) without.
-    public func row(_ table: String, where field: String, equals value: Value) throws -> Row? {
+    public func row(_ table: String, where field: String, equals value: Value) throws(StrataError) -> Row? {
         try rows(Query(table, where: .equals(field, value), limit: 1)).first
     }
 }
@@ -322,7 +330,7 @@ extension Snapshot {
     ///
     /// - Throws: ``StrataError`` `tableNotFound`.
     /// - Complexity: O(u log n) for u unique indexes.
-    public func row(_ table: String, keyOrAlternateID id: RowKey) throws -> Row? {
+    public func row(_ table: String, keyOrAlternateID id: RowKey) throws(StrataError) -> Row? {
         let t = try catalog.table(named: table)
         // Each value converted to a field's type, or nil when it cannot be of that type.
         func fit(_ values: [Value], _ fieldIDs: [Int]) -> [Value]? {

@@ -159,38 +159,40 @@ extension Snapshot {
     /// - Throws: ``StrataError`` `tableNotFound`.
     /// - Complexity: O(p + r) for p pending rows over r rows: the `pending` and `rows` views are
     ///   walked together in key order, and values are copied as stored, never decoded.
-    public func pendingChangeset(_ table: String) throws -> Changeset {
-        let catalog = try self.catalog
-        let t = try catalog.table(named: table)
-        var w = ByteWriter(capacity: try payloadEstimate())
-        w.append(Changeset.magic)
-        w.append(Changeset.version)
-        w.appendValue(.string(t.name))
-        w.appendVarint(UInt64(t.keyFieldIDs.count))
-        w.appendVarint(UInt64(t.fieldNames.count))
-        for name in t.fieldNames { w.appendValue(.string(name)) }
-        try txn.scan(views.rows) { rows in
-            // The rows cursor moves forward with the pending scan (both are in key order). When
-            // most rows are pending the next row is usually the one wanted, and stepping to it
-            // is cheaper than a seek's binary search; a few steps without a match mean a gap,
-            // which a seek crosses.
-            var row: LMDB.Entry? = nil
-            var dirty: [Range<Int>] = []
-            try scanTable(t, in: views.pending) { key, _ in
-                var steps = 0
-                while let r = row, compareBytes(r.key, key) < 0, steps < 4 {
-                    row = try rows.next()
-                    steps += 1
+    public func pendingChangeset(_ table: String) throws(StrataError) -> Changeset {
+        return try strataErrors {
+            let catalog = try self.catalog
+            let t = try catalog.table(named: table)
+            var w = ByteWriter(capacity: try payloadEstimate())
+            w.append(Changeset.magic)
+            w.append(Changeset.version)
+            w.appendValue(.string(t.name))
+            w.appendVarint(UInt64(t.keyFieldIDs.count))
+            w.appendVarint(UInt64(t.fieldNames.count))
+            for name in t.fieldNames { w.appendValue(.string(name)) }
+            try txn.scan(views.rows) { rows in
+                // The rows cursor moves forward with the pending scan (both are in key order). When
+                // most rows are pending the next row is usually the one wanted, and stepping to it
+                // is cheaper than a seek's binary search; a few steps without a match mean a gap,
+                // which a seek crosses.
+                var row: LMDB.Entry? = nil
+                var dirty: [Range<Int>] = []
+                try scanTable(t, in: views.pending) { key, _ in
+                    var steps = 0
+                    while let r = row, compareBytes(r.key, key) < 0, steps < 4 {
+                        row = try rows.next()
+                        steps += 1
+                    }
+                    if row == nil || compareBytes(row!.key, key) < 0 { row = try rows.seek(atLeast: key) }
+                    guard let found = row, compareBytes(found.key, key) == 0 else {
+                        throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: key)), which has no row")
+                    }
+                    try Self.appendChange(key: key, record: found.value, to: &w, dirty: &dirty)
+                    return true
                 }
-                if row == nil || compareBytes(row!.key, key) < 0 { row = try rows.seek(atLeast: key) }
-                guard let found = row, compareBytes(found.key, key) == 0 else {
-                    throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: key)), which has no row")
-                }
-                try Self.appendChange(key: key, record: found.value, to: &w, dirty: &dirty)
-                return true
             }
+            return Changeset(unchecked: w.bytes)
         }
-        return Changeset(unchecked: w.bytes)
     }
 
     /// A generous guess at a changeset's size, so that its buffer is allocated once instead of

@@ -45,23 +45,23 @@ public struct Snapshot {
     ///
     /// - Throws: ``StrataError`` `invalidOperation` when the snapshot outlived its closure.
     public var tables: [TableSchema] {
-        get throws { try catalog.tables.values.sorted { $0.id < $1.id }.map(\.schema) }
+        get throws(StrataError) { try catalog.tables.values.sorted { $0.id < $1.id }.map(\.schema) }
     }
 
     /// The schema of `table`, as declared.
-    public func schema(_ table: String) throws -> TableSchema {
+    public func schema(_ table: String) throws(StrataError) -> TableSchema {
         try catalog.table(named: table).schema
     }
 
     /// Every field name `table` knows: the declared fields, and for a property bag every field
     /// name its rows have used so far.
-    public func fieldNames(_ table: String) throws -> [String] {
+    public func fieldNames(_ table: String) throws(StrataError) -> [String] {
         try catalog.table(named: table).fieldNames
     }
 
     /// The LSN of the last committed operation, 0 for an empty log.
     public var lastLSN: UInt64 {
-        get throws { try txn.lastLSN(in: views) }
+        get throws(StrataError) { try txn.lastLSN(in: views) }
     }
 
     // MARK: Rows
@@ -70,7 +70,7 @@ public struct Snapshot {
     /// with `includingDeleted`.
     ///
     /// - Complexity: O(log n).
-    public func row(_ table: String, key: RowKey, includingDeleted: Bool = false) throws -> Row? {
+    public func row(_ table: String, key: RowKey, includingDeleted: Bool = false) throws(StrataError) -> Row? {
         let t = try catalog.table(named: table)
         let txn = try self.txn
         var k = ByteWriter(capacity: 32)
@@ -97,44 +97,50 @@ public struct Snapshot {
     /// Every row of `table` in key order.
     ///
     /// - Complexity: O(n) for n rows of the table.
-    public func rows(_ table: String, includingDeleted: Bool = false) throws -> [Row] {
-        var rows: [Row] = []
-        try forEachRow(table, includingDeleted: includingDeleted) { rows.append($0); return true }
-        return rows
+    public func rows(_ table: String, includingDeleted: Bool = false) throws(StrataError) -> [Row] {
+        return try strataErrors {
+            var rows: [Row] = []
+            try forEachRow(table, includingDeleted: includingDeleted) { rows.append($0); return true }
+            return rows
+        }
     }
 
     /// The number of rows of `table` (pending deletes not counted unless `includingDeleted`).
     ///
     /// - Complexity: O(n).
-    public func count(_ table: String, includingDeleted: Bool = false) throws -> Int {
-        let t = try catalog.table(named: table)
-        var n = 0
-        try scanTable(t, in: views.rows) { _, v in
-            let deleted = try RowHeader(v).flags.contains(.deleted)
-            if includingDeleted || !deleted { n += 1 }
-            return true
+    public func count(_ table: String, includingDeleted: Bool = false) throws(StrataError) -> Int {
+        return try strataErrors {
+            let t = try catalog.table(named: table)
+            var n = 0
+            try scanTable(t, in: views.rows) { _, v in
+                let deleted = try RowHeader(v).flags.contains(.deleted)
+                if includingDeleted || !deleted { n += 1 }
+                return true
+            }
+            return n
         }
-        return n
     }
 
     /// The rows with changes not yet acknowledged by the server (inserted, updated, deleted or
     /// conflicted), of one table or of all, in table and key order.
     ///
     /// - Complexity: O(p log n) for p pending rows: a range scan of the `pending` view.
-    public func pendingRows(_ table: String? = nil) throws -> [Row] {
-        let (txn, catalog) = (try self.txn, try self.catalog)
-        let tables = try table.map { [try catalog.table(named: $0)] } ?? catalog.tables.values.sorted { $0.id < $1.id }
-        var rows: [Row] = []
-        for t in tables {
-            try scanTable(t, in: views.pending) { k, _ in
-                guard let record = try lmdb({ () throws(LMDBError) in try txn.get(k, in: views.rows) }) else {
-                    throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: k)), which has no row")
+    public func pendingRows(_ table: String? = nil) throws(StrataError) -> [Row] {
+        return try strataErrors {
+            let (txn, catalog) = (try self.txn, try self.catalog)
+            let tables = try table.map { [try catalog.table(named: $0)] } ?? catalog.tables.values.sorted { $0.id < $1.id }
+            var rows: [Row] = []
+            for t in tables {
+                try scanTable(t, in: views.pending) { k, _ in
+                    guard let record = try lmdb({ () throws(LMDBError) in try txn.get(k, in: views.rows) }) else {
+                        throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: k)), which has no row")
+                    }
+                    rows.append(try Row(table: t, rowsKey: k, record: record))
+                    return true
                 }
-                rows.append(try Row(table: t, rowsKey: k, record: record))
-                return true
             }
+            return rows
         }
-        return rows
     }
 
     /// Calls `body(key, value)` for every entry of `db` whose key starts with the table's id.
@@ -170,10 +176,12 @@ public struct Snapshot {
     }
 
     /// The operations from LSN `from` through `through`, in order.
-    public func operations(from: UInt64 = 1, through: UInt64 = .max) throws -> [LogEntry] {
-        var ops: [LogEntry] = []
-        try forEachOperation(from: from, through: through) { ops.append($0); return true }
-        return ops
+    public func operations(from: UInt64 = 1, through: UInt64 = .max) throws(StrataError) -> [LogEntry] {
+        return try strataErrors {
+            var ops: [LogEntry] = []
+            try forEachOperation(from: from, through: through) { ops.append($0); return true }
+            return ops
+        }
     }
 
     /// Every operation that touched the row `key` of `table`, oldest first — including those
@@ -182,16 +190,18 @@ public struct Snapshot {
     ///
     /// - Complexity: O(h log m) for h operations on the row: the operations of a row form a chain
     ///   through the log, followed from the row's last one.
-    public func history(_ table: String, key: RowKey) throws -> [LogEntry] {
-        let t = try catalog.table(named: table)
-        var k = ByteWriter(capacity: 40)
-        try t.encodeKey(key, into: &k)
-        var entries: [LogEntry] = []
-        let checksumsFrom = try txn.checksumsFrom(in: views)
-        try txn.forEachInChain(of: k.bytes, views: views) { lsn, record in
-            entries.append(try LogEntry(lsn: lsn, record: record, catalog: catalog, checksumsFrom: checksumsFrom))
+    public func history(_ table: String, key: RowKey) throws(StrataError) -> [LogEntry] {
+        return try strataErrors {
+            let t = try catalog.table(named: table)
+            var k = ByteWriter(capacity: 40)
+            try t.encodeKey(key, into: &k)
+            var entries: [LogEntry] = []
+            let checksumsFrom = try txn.checksumsFrom(in: views)
+            try txn.forEachInChain(of: k.bytes, views: views) { lsn, record in
+                entries.append(try LogEntry(lsn: lsn, record: record, catalog: catalog, checksumsFrom: checksumsFrom))
+            }
+            return entries.reversed()
         }
-        return entries.reversed()
     }
 }
 

@@ -99,9 +99,11 @@ extension Store {
 
     /// Writes the overlay into the views in LMDB (a checkpoint of its own, outside any write), so
     /// that the next open has no tail to fold. Nothing happens when the overlay is empty.
-    public func checkpoint() throws {
-        guard !overlay.current.isEmpty else { return }
-        try write { $0.requestCheckpoint() }
+    public func checkpoint() throws(StrataError) {
+        try strataErrors {
+            guard !overlay.current.isEmpty else { return }
+            try write { $0.requestCheckpoint() }
+        }
     }
 }
 

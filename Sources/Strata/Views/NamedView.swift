@@ -77,46 +77,50 @@ extension Transaction {
     /// - Throws: ``StrataError`` `invalidSchema` (a name taken by another view, or a limit: a
     ///   view holds every matching row), `tableNotFound`, `fieldNotFound`.
     /// - Complexity: O(n log n) for the n rows of the table.
-    public func createView(_ name: String, _ query: Query) throws {
-        guard !name.isEmpty else { throw StrataError(.invalidSchema, "a view needs a name") }
-        guard query.limit == nil else {
-            throw StrataError(.invalidSchema, "view '\(name)' has a limit; a view holds every matching row, read it page by page")
-        }
-        try snapshot.validate(query)
-        if let (table, existing) = try catalog.view(named: name) {
-            guard existing.query == query else {
-                throw StrataError(.invalidSchema, "a view named '\(name)' exists on table '\(table.name)' with another query")
+    public func createView(_ name: String, _ query: Query) throws(StrataError) {
+        try strataErrors {
+            guard !name.isEmpty else { throw StrataError(.invalidSchema, "a view needs a name") }
+            guard query.limit == nil else {
+                throw StrataError(.invalidSchema, "view '\(name)' has a limit; a view holds every matching row, read it page by page")
             }
-            return
-        }
-        var t = try catalog.table(named: query.table)
-        let view = ViewInfo(id: try catalog.nextIndexID, name: name, query: query)
-        var entries: [([UInt8], [UInt8])] = []
-        try snapshot.scanTable(t, in: views.rows) { k, record in
-            let row = try Row(table: t, rowsKey: k, record: record)
-            if row.status != .deleted, query.filter?.matches(row) ?? true {
-                let rowKey = Array(k[4...])
-                entries.append((ViewKeys.entry(view, row, rowKey: rowKey[...]), rowKey))
+            try snapshot.validate(query)
+            if let (table, existing) = try catalog.view(named: name) {
+                guard existing.query == query else {
+                    throw StrataError(.invalidSchema, "a view named '\(name)' exists on table '\(table.name)' with another query")
+                }
+                return
             }
-            return true
+            var t = try catalog.table(named: query.table)
+            let view = ViewInfo(id: try catalog.nextIndexID, name: name, query: query)
+            var entries: [([UInt8], [UInt8])] = []
+            try snapshot.scanTable(t, in: views.rows) { k, record in
+                let row = try Row(table: t, rowsKey: k, record: record)
+                if row.status != .deleted, query.filter?.matches(row) ?? true {
+                    let rowKey = Array(k[4...])
+                    entries.append((ViewKeys.entry(view, row, rowKey: rowKey[...]), rowKey))
+                }
+                return true
+            }
+            let txn = try self.txn
+            try lmdb { () throws(LMDBError) in
+                for (k, v) in entries { try txn.put(k, v, in: views.view) }
+            }
+            t.views.append(view)
+            workingCatalog.tables[t.id] = t
+            workingCatalog.nextIndexID += 1
+            markCatalogChanged()
+            // The entries for existing rows come from no operation: checkpoint them with the commit.
+            requestCheckpoint()
         }
-        let txn = try self.txn
-        try lmdb { () throws(LMDBError) in
-            for (k, v) in entries { try txn.put(k, v, in: views.view) }
-        }
-        t.views.append(view)
-        workingCatalog.tables[t.id] = t
-        workingCatalog.nextIndexID += 1
-        markCatalogChanged()
-        // The entries for existing rows come from no operation: checkpoint them with the commit.
-        requestCheckpoint()
     }
 }
 
 extension Store {
     /// Defines a named view; see ``Transaction/createView(_:_:)``.
-    public func createView(_ name: String, _ query: Query) throws {
-        try write { try $0.createView(name, query) }
+    public func createView(_ name: String, _ query: Query) throws(StrataError) {
+        try strataErrors {
+            try write { try $0.createView(name, query) }
+        }
     }
 }
 
@@ -132,14 +136,14 @@ extension Catalog {
 extension Snapshot {
     /// The named views of the store.
     public var namedViews: [ViewDefinition] {
-        get throws { try catalog.tables.values.sorted { $0.id < $1.id }.flatMap { $0.views.map { ViewDefinition(name: $0.name, query: $0.query) } } }
+        get throws(StrataError) { try catalog.tables.values.sorted { $0.id < $1.id }.flatMap { $0.views.map { ViewDefinition(name: $0.name, query: $0.query) } } }
     }
 
     /// One page of a named view: up to `size` rows after `after`, read from the view's entries
     /// in order — a key range, never a re-run of the query.
     ///
     /// - Complexity: O(size · log n).
-    public func page(view name: String, size: Int, after: PageToken? = nil) throws -> Page {
+    public func page(view name: String, size: Int, after: PageToken? = nil) throws(StrataError) -> Page {
         precondition(size > 0, "a page holds at least one row")
         guard let (t, view) = try catalog.view(named: name) else {
             throw StrataError(.tableNotFound, "no view named '\(name)'")
@@ -193,7 +197,7 @@ extension Snapshot {
     }
 
     /// Every row of a named view, in its order.
-    public func rows(view name: String) throws -> [Row] {
+    public func rows(view name: String) throws(StrataError) -> [Row] {
         var all: [Row] = []
         var token: PageToken? = nil
         repeat {

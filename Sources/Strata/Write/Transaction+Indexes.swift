@@ -11,65 +11,69 @@ extension Transaction {
     /// - Throws: ``StrataError`` `fieldNotFound`, `invalidSchema` (no fields, a name used by
     ///   another index), `duplicateKey` (a unique index over rows that already repeat a value).
     /// - Complexity: O(n log n) for the n rows of the table.
-    public func createIndex(_ name: String, on table: String, fields: [String], unique: Bool = false) throws {
-        var t = try catalog.table(named: table)
-        guard !name.isEmpty, !fields.isEmpty, Set(fields).count == fields.count else {
-            throw StrataError(.invalidSchema, "an index needs a name and distinct fields")
-        }
-        var ids: [Int] = []
-        for f in fields {
-            if let id = t.fieldIDs[f] {
-                ids.append(id)
-            } else if t.isPropertyBag {
-                ids.append(t.addField(f))
-            } else {
-                throw StrataError(.fieldNotFound, "table '\(table)' has no field '\(f)' to index")
+    public func createIndex(_ name: String, on table: String, fields: [String], unique: Bool = false) throws(StrataError) {
+        try strataErrors {
+            var t = try catalog.table(named: table)
+            guard !name.isEmpty, !fields.isEmpty, Set(fields).count == fields.count else {
+                throw StrataError(.invalidSchema, "an index needs a name and distinct fields")
             }
-        }
-        if let existing = t.indexes.first(where: { $0.name == name }) {
-            guard existing.fieldIDs == ids && existing.unique == unique else {
-                throw StrataError(.invalidSchema, "table '\(table)' has an index '\(name)' with another definition")
-            }
-            return
-        }
-        let index = IndexInfo(id: try catalog.nextIndexID, name: name, fieldIDs: ids, unique: unique)
-        // Build every entry (and check uniqueness) before writing any.
-        var entries: [[UInt8]] = []
-        var seen: [[Value]: RowKey] = [:]
-        try snapshot.scanTable(t, in: views.rows) { k, record in
-            let values = try IndexKeys.values(index, table: t, target: k, record: record)
-            if unique && !values.contains(where: \.isNull) {
-                let key = try t.decodeKey(k)
-                if let other = seen.updateValue(key, forKey: values) {
-                    throw StrataError(.duplicateKey, "index '\(name)' cannot be unique: rows \(other) and \(key) of table '\(table)' both hold \(values.map(\.description).joined(separator: ", "))")
+            var ids: [Int] = []
+            for f in fields {
+                if let id = t.fieldIDs[f] {
+                    ids.append(id)
+                } else if t.isPropertyBag {
+                    ids.append(t.addField(f))
+                } else {
+                    throw StrataError(.fieldNotFound, "table '\(table)' has no field '\(f)' to index")
                 }
             }
-            entries.append(IndexKeys.prefix(index, values) + Array(k[4...]))
-            return true
+            if let existing = t.indexes.first(where: { $0.name == name }) {
+                guard existing.fieldIDs == ids && existing.unique == unique else {
+                    throw StrataError(.invalidSchema, "table '\(table)' has an index '\(name)' with another definition")
+                }
+                return
+            }
+            let index = IndexInfo(id: try catalog.nextIndexID, name: name, fieldIDs: ids, unique: unique)
+            // Build every entry (and check uniqueness) before writing any.
+            var entries: [[UInt8]] = []
+            var seen: [[Value]: RowKey] = [:]
+            try snapshot.scanTable(t, in: views.rows) { k, record in
+                let values = try IndexKeys.values(index, table: t, target: k, record: record)
+                if unique && !values.contains(where: \.isNull) {
+                    let key = try t.decodeKey(k)
+                    if let other = seen.updateValue(key, forKey: values) {
+                        throw StrataError(.duplicateKey, "index '\(name)' cannot be unique: rows \(other) and \(key) of table '\(table)' both hold \(values.map(\.description).joined(separator: ", "))")
+                    }
+                }
+                entries.append(IndexKeys.prefix(index, values) + Array(k[4...]))
+                return true
+            }
+            let txn = try self.txn
+            try lmdb { () throws(LMDBError) in
+                for e in entries { try txn.put(e, [], in: views.index) }
+            }
+            t.indexes.append(index)
+            workingCatalog.tables[t.id] = t
+            workingCatalog.nextIndexID += 1
+            markCatalogChanged()
+            // The entries for existing rows come from no operation: checkpoint them with the commit.
+            requestCheckpoint()
         }
-        let txn = try self.txn
-        try lmdb { () throws(LMDBError) in
-            for e in entries { try txn.put(e, [], in: views.index) }
-        }
-        t.indexes.append(index)
-        workingCatalog.tables[t.id] = t
-        workingCatalog.nextIndexID += 1
-        markCatalogChanged()
-        // The entries for existing rows come from no operation: checkpoint them with the commit.
-        requestCheckpoint()
     }
 }
 
 extension Store {
     /// Declares (and builds) a secondary index; see ``Transaction/createIndex(_:on:fields:unique:)``.
-    public func createIndex(_ name: String, on table: String, fields: [String], unique: Bool = false) throws {
-        try write { try $0.createIndex(name, on: table, fields: fields, unique: unique) }
+    public func createIndex(_ name: String, on table: String, fields: [String], unique: Bool = false) throws(StrataError) {
+        try strataErrors {
+            try write { try $0.createIndex(name, on: table, fields: fields, unique: unique) }
+        }
     }
 }
 
 extension Snapshot {
     /// The indexes declared on `table`.
-    public func indexes(_ table: String) throws -> [IndexDefinition] {
+    public func indexes(_ table: String) throws(StrataError) -> [IndexDefinition] {
         let t = try catalog.table(named: table)
         return t.indexes.map { IndexDefinition(name: $0.name, table: table, fields: $0.fieldIDs.map(t.fieldName), unique: $0.unique) }
     }

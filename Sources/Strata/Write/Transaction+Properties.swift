@@ -8,7 +8,7 @@ extension Transaction {
     /// Properties are metadata, not rows: they are not logged and not part of the views.
     ///
     /// - Throws: ``StrataError`` `invalidValue` for a NaN or infinite double or timestamp.
-    public func setProperty(_ name: String, _ value: Value?) throws {
+    public func setProperty(_ name: String, _ value: Value?) throws(StrataError) {
         if let value, case .double(let d) = value, !d.isFinite {
             throw StrataError(.invalidValue, "property '\(name)' cannot hold \(d): Strata stores only finite numbers and times")
         }
@@ -27,14 +27,16 @@ extension Transaction {
     }
 
     /// The named property as this transaction sees it.
-    public func property(_ name: String) throws -> Value? {
-        try snapshot.property(name)
+    public func property(_ name: String) throws(StrataError) -> Value? {
+        return try strataErrors {
+            try snapshot.property(name)
+        }
     }
 }
 
 extension Snapshot {
     /// A named property of the store (see ``Transaction/setProperty(_:_:)``), or `nil`.
-    public func property(_ name: String) throws -> Value? {
+    public func property(_ name: String) throws(StrataError) -> Value? {
         guard let bytes = try txn.meta("p:" + name, in: views) else { return nil }
         return try Value(decoding: bytes)
     }
@@ -44,7 +46,7 @@ extension Snapshot {
     /// Every named property of the store (see ``Transaction/setProperty(_:_:)``).
     ///
     /// - Complexity: O(p) for p properties.
-    public func properties() throws -> [String: Value] {
+    public func properties() throws(StrataError) -> [String: Value] {
         var out: [String: Value] = [:]
         let prefix = Array("p:".utf8)
         try txn.scan(views.meta) { c in

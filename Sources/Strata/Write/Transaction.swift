@@ -88,7 +88,7 @@ public final class Transaction {
     /// Creates a table, or does nothing when an identical one exists.
     ///
     /// - Throws: ``StrataError`` `invalidSchema` or `tableExists`.
-    public func createTable(_ schema: TableSchema) throws {
+    public func createTable(_ schema: TableSchema) throws(StrataError) {
         try schema.validate()
         let catalog = try self.catalog
         if let id = catalog.tableIDs[schema.name] {
@@ -127,7 +127,7 @@ public final class Transaction {
     /// - Throws: ``StrataError`` `tableNotFound`, `fieldNotFound`, `typeMismatch`,
     ///   `nullNotAllowed`, `missingField` (a required or key field not given), `duplicateKey`.
     /// - Complexity: O(log n) per database touched.
-    public func insert(_ table: String, _ fields: FieldValues) throws {
+    public func insert(_ table: String, _ fields: FieldValues) throws(StrataError) {
         var t = try catalog.table(named: table)
         let key = try keyFromFields(fields, t)
         try encodeKey(key, t)
@@ -148,7 +148,7 @@ public final class Transaction {
     /// - Throws: ``StrataError`` `rowNotFound`, `fieldNotFound`, `typeMismatch`, `nullNotAllowed`,
     ///   `invalidOperation` (a primary key field given a different value).
     /// - Complexity: O(log n) per database touched.
-    public func update(_ table: String, key: RowKey, _ fields: FieldValues) throws {
+    public func update(_ table: String, key: RowKey, _ fields: FieldValues) throws(StrataError) {
         var t = try catalog.table(named: table)
         try encodeKey(key, t)
         let tableChanged = try encodeValues(fields, &t, key: key, defaults: false)
@@ -161,7 +161,7 @@ public final class Transaction {
     }
 
     /// Updates the row with the key found in `fields` if it exists, inserts it otherwise.
-    public func upsert(_ table: String, _ fields: FieldValues) throws {
+    public func upsert(_ table: String, _ fields: FieldValues) throws(StrataError) {
         let t = try catalog.table(named: table)
         let key = try keyFromFields(fields, t)
         try encodeKey(key, t)
@@ -176,7 +176,7 @@ public final class Transaction {
     /// pending delete (holding its server values) until the server acknowledges it.
     ///
     /// - Throws: ``StrataError`` `rowNotFound`.
-    public func delete(_ table: String, key: RowKey) throws {
+    public func delete(_ table: String, key: RowKey) throws(StrataError) {
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
         let old = try liveRow(t, key)
@@ -188,7 +188,7 @@ public final class Transaction {
     /// - Throws: ``StrataError`` `rowNotFound`, `fieldNotFound`; `invalidOperation` for a row
     ///   inserted locally (it has no originals: revert the row instead), a row deleted locally
     ///   (revert the row to undo the delete), or a primary key field.
-    public func revert(_ table: String, key: RowKey, field: String) throws {
+    public func revert(_ table: String, key: RowKey, field: String) throws(StrataError) {
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
         guard let id = t.fieldIDs[field] else {
@@ -214,7 +214,7 @@ public final class Transaction {
     /// every changed field set back to its original value.
     ///
     /// - Throws: ``StrataError`` `rowNotFound`.
-    public func revert(_ table: String, key: RowKey) throws {
+    public func revert(_ table: String, key: RowKey) throws(StrataError) {
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
         guard let old = try storedRow() else { throw notFound(t, key) }
@@ -225,7 +225,7 @@ public final class Transaction {
     ///
     /// - Complexity: O(p log n) for p pending rows of the table.
     @discardableResult
-    public func revertAll(_ table: String) throws -> Int {
+    public func revertAll(_ table: String) throws(StrataError) -> Int {
         let t = try catalog.table(named: table)
         var prefix = ByteWriter(capacity: 4)
         prefix.appendBigEndian(t.id)
@@ -260,7 +260,7 @@ public final class Transaction {
     /// ``LogEntry/Origin/server``.
     ///
     /// - Throws: ``StrataError`` `rowNotFound`.
-    public func acknowledge(_ table: String, key: RowKey) throws {
+    public func acknowledge(_ table: String, key: RowKey) throws(StrataError) {
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
         guard let old = try storedRow() else { throw notFound(t, key) }
@@ -379,12 +379,14 @@ public final class Transaction {
     /// The snapshot ends with the transaction: kept after the write closure returned, it throws
     /// like the transaction does.
     public var snapshot: Snapshot {
-        get throws { Snapshot(txn: try txn.reader, views: views, catalog: try catalog, lease: lease) }
+        get throws(StrataError) { Snapshot(txn: try txn.reader, views: views, catalog: try catalog, lease: lease) }
     }
 
     /// The row as this transaction sees it; see ``Snapshot/row(_:key:includingDeleted:)``.
-    public func row(_ table: String, key: RowKey, includingDeleted: Bool = false) throws -> Row? {
-        try snapshot.row(table, key: key, includingDeleted: includingDeleted)
+    public func row(_ table: String, key: RowKey, includingDeleted: Bool = false) throws(StrataError) -> Row? {
+        return try strataErrors {
+            try snapshot.row(table, key: key, includingDeleted: includingDeleted)
+        }
     }
 
     // MARK: The log append

@@ -61,8 +61,10 @@ extension SyncClient {
     ///     envelope included: a server's request-size limit can be set here. A single change
     ///     larger than that goes alone in its batch.
     /// - Throws: `StrataError` `invalidSchema` when the associations form a cycle.
-    public func nextBatch(maxRows: Int = 500, maxBytes: Int = 1 << 20) throws -> Batch? {
-        try nextBatch(maxRows: maxRows, maxBytes: maxBytes, excluding: [])
+    public func nextBatch(maxRows: Int = 500, maxBytes: Int = 1 << 20) throws(StrataError) -> Batch? {
+        return try strataErrors {
+            try nextBatch(maxRows: maxRows, maxBytes: maxBytes, excluding: [])
+        }
     }
 
     func nextBatch(maxRows: Int, maxBytes: Int, excluding: Set<RowID>) throws -> Batch? {
@@ -93,8 +95,10 @@ extension SyncClient {
 
     /// Every change the pending rows would upload, coalesced and in upload order, without
     /// freezing a batch (held-back rows — conflicted or set aside — are left out).
-    public func pendingChanges() throws -> [RowChange] {
-        try store.read { try uploadOrder($0, excluding: []) }
+    public func pendingChanges() throws(StrataError) -> [RowChange] {
+        return try strataErrors {
+            try store.read { try uploadOrder($0, excluding: []) }
+        }
     }
 
     /// Calls `body` with each change ``pendingChanges()`` returns, in the same order, one at a
@@ -136,26 +140,30 @@ extension SyncClient {
     /// not yet (``BatchState/pending``), if any.
     ///
     /// Throws `StrataError` (`corruptRecord`) when the stored state is not one this library writes.
-    public func inFlightBatch() throws -> (batch: Batch, state: BatchState)? {
-        try store.read { snap in
-            guard let b = try snap.property(Self.inFlightProperty)?.bytesValue else { return nil }
-            let batch = try BatchRecord.decode(b, property: Self.inFlightProperty)
-            // No stored state: the batch was frozen and not yet sent (as every version has read it).
-            guard let stored = try snap.property(Self.batchStateProperty) else { return (batch, .pending) }
-            guard let name = stored.stringValue, let state = BatchState(rawValue: name) else {
-                throw StrataError(.corruptRecord, "the store is damaged: the in-flight batch's state (property \(Self.batchStateProperty)) is \(stored), not \"pending\" or \"sent\"")
+    public func inFlightBatch() throws(StrataError) -> (batch: Batch, state: BatchState)? {
+        return try strataErrors {
+            try store.read { snap in
+                guard let b = try snap.property(Self.inFlightProperty)?.bytesValue else { return nil }
+                let batch = try BatchRecord.decode(b, property: Self.inFlightProperty)
+                // No stored state: the batch was frozen and not yet sent (as every version has read it).
+                guard let stored = try snap.property(Self.batchStateProperty) else { return (batch, .pending) }
+                guard let name = stored.stringValue, let state = BatchState(rawValue: name) else {
+                    throw StrataError(.corruptRecord, "the store is damaged: the in-flight batch's state (property \(Self.batchStateProperty)) is \(stored), not \"pending\" or \"sent\"")
+                }
+                return (batch, state)
             }
-            return (batch, state)
         }
     }
 
     /// Records that the batch was handed to the transport.
-    public func markSent(_ batch: Batch) throws {
-        try store.write { tx in
-            guard try Self.inFlight(tx)?.id == batch.id else {
-                throw StrataError(.invalidOperation, "batch \(batch.id) is not the batch in flight")
+    public func markSent(_ batch: Batch) throws(StrataError) {
+        try strataErrors {
+            try store.write { tx in
+                guard try Self.inFlight(tx)?.id == batch.id else {
+                    throw StrataError(.invalidOperation, "batch \(batch.id) is not the batch in flight")
+                }
+                try tx.setProperty(Self.batchStateProperty, .string(BatchState.sent.rawValue))
             }
-            try tx.setProperty(Self.batchStateProperty, .string(BatchState.sent.rawValue))
         }
     }
 
@@ -169,69 +177,71 @@ extension SyncClient {
     ///   reason, or an action that does not fit the change (drop/recreate for inserts, retry for
     ///   updates and deletes, rollback for updates). Nothing changes then.
     @discardableResult
-    public func acknowledge(_ ack: BatchAck) throws -> AckReport {
-        try store.write { tx in
-            guard let batch = try Self.inFlight(tx), batch.id == ack.batchID else {
-                if try tx.property(Self.lastAckProperty)?.stringValue == ack.batchID {
-                    return AckReport(duplicate: true)
+    public func acknowledge(_ ack: BatchAck) throws(StrataError) -> AckReport {
+        return try strataErrors {
+            try store.write { tx in
+                guard let batch = try Self.inFlight(tx), batch.id == ack.batchID else {
+                    if try tx.property(Self.lastAckProperty)?.stringValue == ack.batchID {
+                        return AckReport(duplicate: true)
+                    }
+                    let current = try Self.inFlight(tx)?.id
+                    throw StrataError(.invalidOperation, "the acknowledgement is for batch '\(ack.batchID)' but \(current.map { "'\($0)'" } ?? "no batch") is in flight")
                 }
-                let current = try Self.inFlight(tx)?.id
-                throw StrataError(.invalidOperation, "the acknowledgement is for batch '\(ack.batchID)' but \(current.map { "'\($0)'" } ?? "no batch") is in flight")
-            }
-            let results = try Self.match(ack, to: batch)
-            let frozen = try tx.property(Self.frozenAtProperty)?.intValue ?? 0
-            guard frozen >= 0 else {
-                throw StrataError(.corruptRecord, "the store is damaged: the in-flight batch was frozen at LSN \(frozen) (property \(Self.frozenAtProperty))")
-            }
-            let frozenAt = UInt64(frozen)
-            var report = AckReport()
-            var rejected = try Self.rejected(tx)
-            for (change, result) in zip(batch.changes, results) {
-                let local = try tx.row(change.table, key: change.key, includingDeleted: true).map(RowState.init)
-                switch result.status {
-                case .ok:
-                    // A merge after the batch was frozen brought a server state at least as new
-                    // as this acknowledgement (the server applied the batch before that delta);
-                    // the sent values must not overwrite it.
-                    if try Self.mergedSince(frozenAt, change.table, change.key, tx) {
-                        report.superseded += 1
-                        continue
-                    }
-                    let state = AckRules.ok(change, local: local, serverValues: result.serverValues ?? [:])
-                    if let newKey = result.newKey, newKey != change.key {
-                        try rekey(change, to: newKey, state: state, tx: tx)
-                        report.rekeyed += 1
-                    } else {
-                        try tx.setRowState(change.table, key: change.key, state, kind: .acknowledge, origin: .server, annotation: Array(batch.id.utf8))
-                    }
-                    report.acknowledged += 1
-                case .conflict:
-                    report.conflicts += 1
-                case .error:
-                    let e = result.error!
-                    switch e.action {
-                    case .drop:
-                        try tx.setRowState(change.table, key: change.key, nil, kind: .uploadRejected, origin: .server, annotation: Array(e.reason.utf8))
-                        report.dropped += 1
-                    case .rollback:
-                        let state = AckRules.rollback(local: local, serverValues: result.serverValues)
-                        try tx.setRowState(change.table, key: change.key, state, kind: .uploadRejected, origin: .server, annotation: Array(e.reason.utf8))
-                        report.rolledBack += 1
-                    case .recreate, .retry:
-                        report.retried += 1
-                    case .setAside:
-                        rejected.append(RejectedRow(table: change.table, key: change.key, kind: change.kind, reason: e.reason, batchID: batch.id))
-                        report.setAside += 1
+                let results = try Self.match(ack, to: batch)
+                let frozen = try tx.property(Self.frozenAtProperty)?.intValue ?? 0
+                guard frozen >= 0 else {
+                    throw StrataError(.corruptRecord, "the store is damaged: the in-flight batch was frozen at LSN \(frozen) (property \(Self.frozenAtProperty))")
+                }
+                let frozenAt = UInt64(frozen)
+                var report = AckReport()
+                var rejected = try Self.rejected(tx)
+                for (change, result) in zip(batch.changes, results) {
+                    let local = try tx.row(change.table, key: change.key, includingDeleted: true).map(RowState.init)
+                    switch result.status {
+                    case .ok:
+                        // A merge after the batch was frozen brought a server state at least as new
+                        // as this acknowledgement (the server applied the batch before that delta);
+                        // the sent values must not overwrite it.
+                        if try Self.mergedSince(frozenAt, change.table, change.key, tx) {
+                            report.superseded += 1
+                            continue
+                        }
+                        let state = AckRules.ok(change, local: local, serverValues: result.serverValues ?? [:])
+                        if let newKey = result.newKey, newKey != change.key {
+                            try rekey(change, to: newKey, state: state, tx: tx)
+                            report.rekeyed += 1
+                        } else {
+                            try tx.setRowState(change.table, key: change.key, state, kind: .acknowledge, origin: .server, annotation: Array(batch.id.utf8))
+                        }
+                        report.acknowledged += 1
+                    case .conflict:
+                        report.conflicts += 1
+                    case .error:
+                        let e = result.error!
+                        switch e.action {
+                        case .drop:
+                            try tx.setRowState(change.table, key: change.key, nil, kind: .uploadRejected, origin: .server, annotation: Array(e.reason.utf8))
+                            report.dropped += 1
+                        case .rollback:
+                            let state = AckRules.rollback(local: local, serverValues: result.serverValues)
+                            try tx.setRowState(change.table, key: change.key, state, kind: .uploadRejected, origin: .server, annotation: Array(e.reason.utf8))
+                            report.rolledBack += 1
+                        case .recreate, .retry:
+                            report.retried += 1
+                        case .setAside:
+                            rejected.append(RejectedRow(table: change.table, key: change.key, kind: change.kind, reason: e.reason, batchID: batch.id))
+                            report.setAside += 1
+                        }
                     }
                 }
+                try Self.saveRejected(rejected, tx)
+                try tx.setProperty(Self.inFlightProperty, nil)
+                try tx.setProperty(Self.batchStateProperty, nil)
+                try tx.setProperty(Self.frozenAtProperty, nil)
+                try tx.unpinLog(Self.batchPin)
+                try tx.setProperty(Self.lastAckProperty, .string(batch.id))
+                return report
             }
-            try Self.saveRejected(rejected, tx)
-            try tx.setProperty(Self.inFlightProperty, nil)
-            try tx.setProperty(Self.batchStateProperty, nil)
-            try tx.setProperty(Self.frozenAtProperty, nil)
-            try tx.unpinLog(Self.batchPin)
-            try tx.setProperty(Self.lastAckProperty, .string(batch.id))
-            return report
         }
     }
 
@@ -297,20 +307,26 @@ extension SyncClient {
     // MARK: Rejected rows
 
     /// The rows the server refused with the `setAside` action: kept locally, left out of uploads.
-    public func rejectedRows() throws -> [RejectedRow] {
-        try store.read { try Self.rejected($0) }
+    public func rejectedRows() throws(StrataError) -> [RejectedRow] {
+        return try strataErrors {
+            try store.read { try Self.rejected($0) }
+        }
     }
 
     /// Puts a rejected row back in the upload queue.
-    public func retryRejected(_ table: String, key: RowKey) throws {
-        try store.write { tx in try Self.removeRejected(table, key, tx) }
+    public func retryRejected(_ table: String, key: RowKey) throws(StrataError) {
+        try strataErrors {
+            try store.write { tx in try Self.removeRejected(table, key, tx) }
+        }
     }
 
     /// Gives up a rejected row's local changes: the row returns to the server's values.
-    public func discardRejected(_ table: String, key: RowKey) throws {
-        try store.write { tx in
-            try Self.removeRejected(table, key, tx)
-            try tx.revert(table, key: key)
+    public func discardRejected(_ table: String, key: RowKey) throws(StrataError) {
+        try strataErrors {
+            try store.write { tx in
+                try Self.removeRejected(table, key, tx)
+                try tx.revert(table, key: key)
+            }
         }
     }
 

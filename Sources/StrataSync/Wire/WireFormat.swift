@@ -20,8 +20,10 @@ public enum WireFormat {
     }()
 
     /// Encodes a payload.
-    public static func encode(_ value: some Encodable) throws -> Data {
-        try encoder.encode(value)
+    public static func encode(_ value: some Encodable) throws(StrataError) -> Data {
+        return try strataErrors {
+            try encoder.encode(value)
+        }
     }
 
     /// Decodes a payload strictly.
