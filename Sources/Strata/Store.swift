@@ -99,7 +99,7 @@ public final class Store: Sendable {
     }
 
     var env: Environment { core.env }
-    var views: Views { core.views }
+    var views: StoreDatabases { core.views }
     var observers: Observers { core.observers }
     /// The view changes committed but not yet checkpointed, as of the newest commit.
     var overlay: PublishedOverlay { core.overlay }
@@ -440,7 +440,7 @@ public final class Store: Sendable {
         core.cachedCatalog.withLock { if catalog.version >= $0.version { $0 = catalog } }
     }
 
-    static func loadCatalog(_ txn: some ReadableTransaction, _ views: Views) throws(StrataError) -> Catalog {
+    static func loadCatalog(_ txn: some ReadableTransaction, _ views: StoreDatabases) throws(StrataError) -> Catalog {
         let version = try txn.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0
         guard let bytes = try txn.meta(MetaKey.catalog, in: views) else { return Catalog() }
         return try Catalog(decoding: bytes, version: version)
@@ -449,19 +449,6 @@ public final class Store: Sendable {
     /// Runs `body`, turning LMDB errors into ``StrataError`` and passing every other error through.
     static func mappingStorageErrors<R>(_ body: () throws -> R) throws -> R {
         do { return try body() } catch let e as LMDBError { throw StrataError.storage(e) }
-    }
-
-    /// Runs `body`; every error comes out as a ``StrataError``.
-    static func asStrataError<R>(_ body: () throws -> R) throws(StrataError) -> R {
-        do {
-            return try body()
-        } catch let e as StrataError {
-            throw e
-        } catch let e as LMDBError {
-            throw StrataError.storage(e)
-        } catch {
-            throw StrataError(.storage, "\(error)")
-        }
     }
 }
 

@@ -28,7 +28,7 @@ final class StoreCore: @unchecked Sendable {
     let dataFile: FolderIdentity
     let clientID: String
     let env: Environment
-    let views: Views
+    let views: StoreDatabases
     /// The catalog last seen; every transaction checks its version against `meta`.
     let cachedCatalog: Locked<Catalog>
     let observers = Observers()
@@ -101,7 +101,7 @@ final class StoreCore: @unchecked Sendable {
             }
             throw StrataError(.io, "cannot open the store at '\(path)': \(error.message)", cause: error)
         }
-        let opened: (Views, String, Catalog)
+        let opened: (StoreDatabases, String, Catalog)
         do {
             try StoreCore.checkFileLength(env, path: path)
             opened = try StoreCore.open(env, path: path, readOnly: isReadOnly, mayInitialize: options.createIfMissing && before.mayInitializeFresh)
@@ -170,7 +170,7 @@ final class StoreCore: @unchecked Sendable {
     /// Nothing is written to an environment that is not a Strata store (see `StoreFiles`): a
     /// fresh one (no transaction ever committed) is initialized only when `mayInitialize`,
     /// anything else is refused with `notAStore`.
-    private static func open(_ env: Environment, path: String, readOnly: Bool, mayInitialize: Bool) throws(StrataError) -> (Views, String, Catalog) {
+    private static func open(_ env: Environment, path: String, readOnly: Bool, mayInitialize: Bool) throws(StrataError) -> (StoreDatabases, String, Catalog) {
         if let current = try openCurrent(env, path: path) { return current }
         // Not a current store: an older one, a fresh environment, or something else. Decided
         // with a read transaction first, so that something else is never written to.
@@ -186,7 +186,7 @@ final class StoreCore: @unchecked Sendable {
         if readOnly {
             throw StrataError(.io, "the store at '\(path)' must be written to open (it is new or of an older format), but its files are read-only to this process")
         }
-        return try Store.asStrataError {
+        return try strataErrors {
             try env.write { txn in
                 // Again under LMDB's writer lock, which orders this open against another process
                 // creating the store: if that one committed first, this finds its store.
@@ -194,14 +194,14 @@ final class StoreCore: @unchecked Sendable {
                 // Probed in the main database first: a failed mdb_dbi_open would fail the whole
                 // write transaction (see `WriteTransaction`).
                 let main = try txn.openDatabase(nil, create: false)
-                let hasMeta = try txn.get(Array(Views.names.meta.utf8), in: main) != nil
-                switch try metaFormat(txn.reader, meta: hasMeta ? try txn.openDatabase(Views.names.meta, create: false) : nil) {
+                let hasMeta = try txn.get(Array(StoreDatabases.names.meta.utf8), in: main) != nil
+                switch try metaFormat(txn.reader, meta: hasMeta ? try txn.openDatabase(StoreDatabases.names.meta, create: false) : nil) {
                 case .some(let v): format = v
                 case .none where txn.id == 1 && mayInitialize: format = nil  // still fresh
                 case .none:
                     throw StrataError(.notAStore, StoreFiles.notAStoreMessage(path, "its data.mdb is an LMDB database without Strata's metadata (another program wrote to it meanwhile)"))
                 }
-                let views = try Views.open(txn)
+                let views = try StoreDatabases.open(txn)
                 switch format {
                 case nil:
                     try txn.setMeta(MetaKey.format, Store.formatVersion, in: views)
@@ -247,13 +247,13 @@ final class StoreCore: @unchecked Sendable {
             for attempt in 1... {
                 var meta: Database?
                 do {
-                    meta = try env.openDatabase(Views.names.meta, create: false)
+                    meta = try env.openDatabase(StoreDatabases.names.meta, create: false)
                 } catch let error as LMDBError where error.resultCode == .notFound {
                     meta = nil
                 }
                 let content = try env.read { txn -> Content? in
                     if try metaFormat(txn, meta: meta) != nil { return .strata }
-                    if meta == nil, attempt < 3, try txn.get(Array(Views.names.meta.utf8), in: main) != nil { return nil }
+                    if meta == nil, attempt < 3, try txn.get(Array(StoreDatabases.names.meta.utf8), in: main) != nil { return nil }
                     let entries = try txn.stats(main).entries
                     if txn.id == 0 && entries == 0 { return .fresh }
                     return .foreign("its data.mdb is an LMDB database without Strata's metadata (\(entries) entries in its main database, no 'meta' database with a format version): another program's database, or a store whose header is damaged (try `strata salvage`)")
@@ -277,12 +277,12 @@ final class StoreCore: @unchecked Sendable {
     private static func metaFormat(_ txn: ReadTransaction, meta: Database?) throws(StrataError) -> UInt64? {
         guard let meta else { return nil }
         guard let bytes = try lmdb({ () throws(LMDBError) in try txn.get(Array(MetaKey.format.utf8), in: meta) }) else { return nil }
-        return try Counter.decode(bytes, database: Views.names.meta, key: MetaKey.format)
+        return try Counter.decode(bytes, database: StoreDatabases.names.meta, key: MetaKey.format)
     }
 
     /// The read-only way in: `nil` when the store is not an initialized store of the current
     /// format (a database missing, no format, an older format), which the write path handles.
-    private static func openCurrent(_ env: Environment, path: String) throws(StrataError) -> (Views, String, Catalog)? {
+    private static func openCurrent(_ env: Environment, path: String) throws(StrataError) -> (StoreDatabases, String, Catalog)? {
         func database(_ name: String) throws(StrataError) -> Database? {
             do {
                 return try env.openDatabase(name, create: false)
@@ -295,14 +295,14 @@ final class StoreCore: @unchecked Sendable {
                 throw StrataError(.storage, "\(error)")
             }
         }
-        let n = Views.names
+        let n = StoreDatabases.names
         guard let log = try database(n.log), let rows = try database(n.rows), let pending = try database(n.pending),
               let gone = try database(n.gone), let index = try database(n.index), let view = try database(n.view),
               let base = try database(n.base), let meta = try database(n.meta)
         else { return nil }
-        let views = Views(log: log, rows: rows, pending: pending, gone: gone, index: index, view: view, base: base, meta: meta)
-        return try Store.asStrataError {
-            try env.read { txn -> (Views, String, Catalog)? in
+        let views = StoreDatabases(log: log, rows: rows, pending: pending, gone: gone, index: index, view: view, base: base, meta: meta)
+        return try strataErrors {
+            try env.read { txn -> (StoreDatabases, String, Catalog)? in
                 let format = try txn.metaUInt64(MetaKey.format, in: views)
                 if let format, format > Store.formatVersion {
                     throw StrataError(.formatVersion, "the store at '\(path)' has format \(format), newer than this Strata reads (\(Store.formatVersion)); upgrade Strata to open it")

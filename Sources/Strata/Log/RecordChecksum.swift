@@ -74,7 +74,7 @@ extension ReadableTransaction {
     /// The first LSN whose operation must carry a checksum (see ``RecordFormat``): the meta
     /// counter `checksumsFrom`, set when the store was created or migrated to store format 5;
     /// 1 (every operation) when it is missing.
-    func checksumsFrom(in views: Views) throws(StrataError) -> UInt64 {
+    func checksumsFrom(in views: StoreDatabases) throws(StrataError) -> UInt64 {
         try metaUInt64(MetaKey.checksumsFrom, in: views) ?? 1
     }
 }

@@ -16,7 +16,7 @@ import Darwin
 /// and writes every row once, in key order, when it flushes: into empty databases that is a
 /// sequential `MDB_APPEND`.
 ///
-/// Per operation it does exactly what ``Views/apply(operation:header:lsn:old:table:in:scratch:)``
+/// Per operation it does exactly what ``StoreDatabases/apply(operation:header:lsn:old:table:in:scratch:)``
 /// does — the same ``FoldStep`` — so its result is the live views, byte for byte. Indexes and
 /// named views are a function of a row's final state, and are written at the flush from the
 /// state the target held before it.
@@ -34,7 +34,7 @@ import Darwin
 /// read back from the target (by the calling thread, between batches: the workers never touch
 /// LMDB).
 struct BulkFold {
-    private let views: Views
+    private let views: StoreDatabases
     private let catalog: Catalog
     /// The transaction the fold writes into: the one it was given, or, when it commits a scratch
     /// store in steps, the current step's.
@@ -71,7 +71,7 @@ struct BulkFold {
     /// `rows`, `pending`, `gone`, `index` and `view` of `views` in `txn` must be empty (a new
     /// store, or one `rebuild` has just cleared). `workers` is the number of threads that fold
     /// (1: the calling thread alone).
-    init(views: Views, catalog: Catalog, into txn: LMDB.WriteTransaction, budget: Int, workers: Int = 1) {
+    init(views: StoreDatabases, catalog: Catalog, into txn: LMDB.WriteTransaction, budget: Int, workers: Int = 1) {
         self.views = views
         self.catalog = catalog
         self.txn = txn
@@ -196,7 +196,7 @@ struct BulkFold {
             }
             if let environment {
                 // One read transaction for the batch's rows, not one per row.
-                try Store.asStrataError { try environment.read { r in try readBacks(from: r) } }
+                try strataErrors { try environment.read { r in try readBacks(from: r) } }
             } else {
                 try readBacks(from: txn)
             }
@@ -222,7 +222,7 @@ struct BulkFold {
     private func readBack(_ p: FoldPartition, _ s: Int) throws(StrataError) {
         if let environment {
             // The flushes were committed: read them in a read transaction of the scratch store.
-            try Store.asStrataError { try environment.read { r in try readBack(p, s, from: r) } }
+            try strataErrors { try environment.read { r in try readBack(p, s, from: r) } }
         } else {
             try readBack(p, s, from: txn)
         }
@@ -277,7 +277,7 @@ struct BulkFold {
                 // Environment.write runs its closure again when the map had to grow: each
                 // attempt starts from the same row.
                 let start = next
-                more = try Store.asStrataError {
+                more = try strataErrors {
                     try environment.write { t in
                         next = start
                         txn = t

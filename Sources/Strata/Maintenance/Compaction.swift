@@ -162,7 +162,7 @@ extension Store {
         try reader.scan(views.pending) { c in
             var e = try c.first()
             while let entry = e {
-                let lsn = try Counter.decode(entry.value, database: Views.names.pending, key: "a pending row's LSN")
+                let lsn = try Counter.decode(entry.value, database: StoreDatabases.names.pending, key: "a pending row's LSN")
                 // `compact` subtracts one from it.
                 guard lsn > 0 else { throw StrataError(.corruptRecord, "the store is damaged: a row of the pending database was made pending at LSN 0") }
                 oldest = min(oldest ?? lsn, lsn)
@@ -220,7 +220,7 @@ extension Store {
         try txn.reader.scan(views.gone) { c in
             var e = try c.first()
             while let entry = e {
-                if try Counter.decode(entry.value, database: Views.names.gone, key: "a removed row's LSN") <= horizon { dangling.append(Array(entry.key)) }
+                if try Counter.decode(entry.value, database: StoreDatabases.names.gone, key: "a removed row's LSN") <= horizon { dangling.append(Array(entry.key)) }
                 e = try c.next()
             }
         }
@@ -285,7 +285,7 @@ extension Snapshot {
                 var e = try c.seek(atLeast: prefix)
                 while let entry = e, entry.key.starts(with: prefix) {
                     let name = String(decoding: entry.key.dropFirst(prefix.count), as: UTF8.self)
-                    pins[name] = try Counter.decode(entry.value, database: Views.names.meta, key: MetaKey.pinPrefix + name)
+                    pins[name] = try Counter.decode(entry.value, database: StoreDatabases.names.meta, key: MetaKey.pinPrefix + name)
                     e = try c.next()
                 }
             }

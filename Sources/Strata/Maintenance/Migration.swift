@@ -16,12 +16,12 @@ import LMDB
 /// Operation records keep their own format byte (``RecordFormat``), checked as each is read,
 /// so a step that changes the record format need not rewrite the log (4 → 5 does not).
 enum Migration {
-    static func upgrade(from version: UInt64, _ txn: LMDB.WriteTransaction, _ views: Views, path: String) throws(StrataError) {
+    static func upgrade(from version: UInt64, _ txn: LMDB.WriteTransaction, _ views: StoreDatabases, path: String) throws(StrataError) {
         var v = version
         while v < Store.formatVersion {
             switch v {
             case 1:
-                // `Views.open` created `base` in this transaction; no horizon means 0.
+                // `StoreDatabases.open` created `base` in this transaction; no horizon means 0.
                 break
             case 2:
                 // Operation format 1 is still read; conflicted rows without conflict entries

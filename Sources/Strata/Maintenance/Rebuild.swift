@@ -163,7 +163,7 @@ extension Store {
             options.mapSize = max(env.usedBytes * 2, 16 << 20)
             return try Store.mappingStorageErrors {
                 let scratch = try Environment(path: scratchPath, options: options)
-                let scratchViews = try scratch.write { try Views.open($0) }
+                let scratchViews = try scratch.write { try StoreDatabases.open($0) }
                 return try env.read { txn in
                     let catalog = try currentCatalog(txn)
                     let version = try overlayVersion(for: txn)
@@ -227,7 +227,7 @@ extension Store {
     /// base snapshot and the operations into `target`'s, on `workers` threads (see `BulkFold`).
     /// Returns the number of operations.
     static func fold(
-        from reader: some ReadableTransaction, _ source: Views, into txn: LMDB.WriteTransaction, _ target: Views, catalog: Catalog, budget: Int, workers: Int = 1,
+        from reader: some ReadableTransaction, _ source: StoreDatabases, into txn: LMDB.WriteTransaction, _ target: StoreDatabases, catalog: Catalog, budget: Int, workers: Int = 1,
         through: UInt64 = .max, copying: Bool = false, progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws(StrataError) -> Int {
         var fold = BulkFold(views: target, catalog: catalog, into: txn, budget: budget, workers: workers)
@@ -242,7 +242,7 @@ extension Store {
     /// `through`, into `fold`, which writes a scratch store in steps. Returns the number of
     /// operations.
     static func fold(
-        from reader: some ReadableTransaction, _ source: Views, into fold: inout BulkFold, through: UInt64, checks: inout LogChecks,
+        from reader: some ReadableTransaction, _ source: StoreDatabases, into fold: inout BulkFold, through: UInt64, checks: inout LogChecks,
         progress: ((_ done: Int, _ total: Int) -> Void)?
     ) throws(StrataError) -> Int {
         _ = try foldBase(from: reader, base: source.base, into: &fold)
@@ -255,7 +255,7 @@ extension Store {
     /// LSN `through`, collecting the damaged ones rather than stopping at the first.
     ///
     /// - Complexity: O(b) for b bytes of operations.
-    static func checkLog(from reader: some ReadableTransaction, _ views: Views, through: UInt64) throws(StrataError) -> LogChecks {
+    static func checkLog(from reader: some ReadableTransaction, _ views: StoreDatabases, through: UInt64) throws(StrataError) -> LogChecks {
         var checks = LogChecks(checksumsFrom: try reader.checksumsFrom(in: views))
         try reader.scan(views.log) { c in
             var e = try c.first()
@@ -456,8 +456,8 @@ struct Digest {
 enum Invariants {
     /// Re-folds the row `target` from its chain of operations and checks the live `rows` and
     /// `pending` entries equal the result.
-    static func checkRow(_ target: [UInt8], txn: ViewWriter, views: Views) throws(StrataError) {
-        let (state, pending) = try Store.asStrataError { try txn.reader.foldChain(of: target, views: views) }
+    static func checkRow(_ target: [UInt8], txn: ViewWriter, views: StoreDatabases) throws(StrataError) {
+        let (state, pending) = try strataErrors { try txn.reader.foldChain(of: target, views: views) }
         let live = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows).map { Array($0) } }
         guard live == state else {
             throw StrataError(.corruptRecord, "invariant: the live row differs from the fold of its operations")

@@ -99,7 +99,7 @@ extension Store {
             let resume = after
             // Environment.write runs its closure again when the map had to grow: each attempt
             // starts from the same entry.
-            let last: [UInt8]? = try Store.asStrataError {
+            let last: [UInt8]? = try strataErrors {
                 try target.write { txn in
                     try reader.scan(db) { c in
                         var e = try resume.map { k in try c.seek(atLeast: k) } ?? c.first()

@@ -186,7 +186,7 @@ extension Store {
             // The new store: the damaged one's identity and schema, then its operations, then views.
             do {
                 let store = try Store(path: path)
-                try Store.asStrataError {
+                try strataErrors {
                     try store.env.write { txn in
                         let views = store.views
                         try txn.setMeta(MetaKey.catalog, catalogBytes, in: views)

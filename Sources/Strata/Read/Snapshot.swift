@@ -9,13 +9,13 @@ import LMDB
 public struct Snapshot {
     /// LMDB's snapshot with the overlay that belongs with it; reached through ``txn``.
     private let reader: ViewReader
-    let views: Views
+    let views: StoreDatabases
     /// The catalog as of this snapshot; reached through ``catalog``.
     private let lentCatalog: Catalog
     /// Ends when the closure that lent the snapshot returns.
     private let lease: Lease
 
-    init(txn: ViewReader, views: Views, catalog: Catalog, lease: Lease) {
+    init(txn: ViewReader, views: StoreDatabases, catalog: Catalog, lease: Lease) {
         self.reader = txn
         self.views = views
         self.lentCatalog = catalog
@@ -210,15 +210,15 @@ extension Snapshot: Sendable {}
 
 extension ViewReader {
     /// The LSN of the operation that removed the row at `target`, 0 when it was never removed.
-    func goneLSN(_ target: [UInt8], views: Views) throws(StrataError) -> UInt64 {
+    func goneLSN(_ target: [UInt8], views: StoreDatabases) throws(StrataError) -> UInt64 {
         guard let b = try lmdb({ () throws(LMDBError) in try get(target, in: views.gone) }) else { return 0 }
-        return try Counter.decode(b, database: Views.names.gone, key: "a removed row's LSN")
+        return try Counter.decode(b, database: StoreDatabases.names.gone, key: "a removed row's LSN")
     }
 
     /// Calls `body` with each operation on the row at `target` still in the log, newest first,
     /// following the chain of `prevLSN`s from the row's last operation (or from the one that
     /// removed it) down to the compaction horizon.
-    func forEachInChain(of target: [UInt8], views: Views, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
+    func forEachInChain(of target: [UInt8], views: StoreDatabases, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
         var lsn: UInt64
         if let row = try lmdb({ () throws(LMDBError) in try get(target, in: views.rows) }) {
             lsn = try RowHeader(row).lastLSN
@@ -248,7 +248,7 @@ extension ViewReader {
     /// The row at `target` as the fold of its chain: its state in `base` (if compaction left
     /// one), then its operations in the log up to LSN `through`, oldest first. `nil` when the row
     /// did not exist then; also whether it was pending.
-    func foldChain(of target: [UInt8], views: Views, through: UInt64 = .max) throws -> (state: [UInt8]?, pending: Bool) {
+    func foldChain(of target: [UInt8], views: StoreDatabases, through: UInt64 = .max) throws -> (state: [UInt8]?, pending: Bool) {
         var chain: [(lsn: UInt64, record: [UInt8])] = []
         try forEachInChain(of: target, views: views) { lsn, record in
             if lsn <= through { chain.append((lsn, Array(record))) }

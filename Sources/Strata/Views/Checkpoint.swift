@@ -111,7 +111,7 @@ extension Store {
 enum Checkpoint {
     /// Puts every entry of `version` (deletes every tombstone) into the views of `txn`, in key
     /// order: one pass per database, each page touched once.
-    static func write(_ version: OverlayVersion, into txn: LMDB.WriteTransaction, _ views: Views) throws(StrataError) {
+    static func write(_ version: OverlayVersion, into txn: LMDB.WriteTransaction, _ views: StoreDatabases) throws(StrataError) {
         for (slot, db) in views.derived.enumerated() where version.trees[slot].count > 0 {
             var cursor = OverlayCursor(version.trees[slot])
             var e = cursor.first()

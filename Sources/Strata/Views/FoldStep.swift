@@ -1,5 +1,5 @@
 /// One operation folded into its row: the rule every fold of the log follows — the write path
-/// (``Views/apply(operation:header:lsn:old:table:in:scratch:checkingUniqueness:)``), another
+/// (``StoreDatabases/apply(operation:header:lsn:old:table:in:scratch:checkingUniqueness:)``), another
 /// process folding the log's tail, the bulk fold of rebuild, verify and replay (`BulkFold`), and
 /// compaction's fold into the base snapshot. Each applies the result to its own storage.
 struct FoldStep {

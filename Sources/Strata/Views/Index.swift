@@ -77,7 +77,7 @@ enum IndexKeys {
     }
 }
 
-extension Views {
+extension StoreDatabases {
     /// Updates the indexes of table `t` for a row that changed from `old` to `new` (`nil`: no row).
     /// A unique index refuses a value another row holds, before anything is written (unless
     /// `checkingUniqueness` is false: a fold of a log whose writes were checked).

@@ -45,7 +45,7 @@ extension Row {
     func keyless(_ query: Query) -> [Value] { query.orderBy.map { self[$0.field] } }
 }
 
-extension Views {
+extension StoreDatabases {
     /// Updates the named views of table `t` for a row that changed from `old` to `new`.
     func updateViews(_ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: ViewWriter) throws(StrataError) {
         guard !t.views.isEmpty else { return }

@@ -281,7 +281,7 @@ struct OverlayCursor {
     }
 }
 
-/// The overlay as of one commit: per derived database (``Views/derived`` order), the entries
+/// The overlay as of one commit: per derived database (``StoreDatabases/derived`` order), the entries
 /// written since the views in LMDB were last checkpointed. Immutable once published.
 struct OverlayVersion {
     var trees: [OverlayTree]

@@ -12,7 +12,7 @@ import LMDB
 struct ViewReader {
     /// The LMDB transaction, for the databases the overlay never holds.
     let txn: LMDB.ReadTransaction
-    let views: Views
+    let views: StoreDatabases
     /// `nil`: the views are LMDB's alone (a scratch store, or the checkpointed views).
     let overlay: OverlayBuffer?
 
@@ -44,12 +44,12 @@ struct ViewReader {
     /// buffers, never for answers.
     func stats(_ db: Database) throws(LMDBError) -> DatabaseStats { try txn.stats(db) }
 
-    func meta(_ key: String, in views: Views) throws(StrataError) -> UnsafeRawBufferPointer? { try txn.meta(key, in: views) }
-    func metaUInt64(_ key: String, in views: Views) throws(StrataError) -> UInt64? { try txn.metaUInt64(key, in: views) }
-    func lastLSN(in views: Views) throws(StrataError) -> UInt64 { try txn.lastLSN(in: views) }
+    func meta(_ key: String, in views: StoreDatabases) throws(StrataError) -> UnsafeRawBufferPointer? { try txn.meta(key, in: views) }
+    func metaUInt64(_ key: String, in views: StoreDatabases) throws(StrataError) -> UInt64? { try txn.metaUInt64(key, in: views) }
+    func lastLSN(in views: StoreDatabases) throws(StrataError) -> UInt64 { try txn.lastLSN(in: views) }
     func lastLSN(of log: Database) throws(StrataError) -> UInt64 { try txn.lastLSN(of: log) }
-    func horizon(in views: Views) throws(StrataError) -> UInt64 { try txn.horizon(in: views) }
-    func checksumsFrom(in views: Views) throws(StrataError) -> UInt64 { try txn.checksumsFrom(in: views) }
+    func horizon(in views: StoreDatabases) throws(StrataError) -> UInt64 { try txn.horizon(in: views) }
+    func checksumsFrom(in views: StoreDatabases) throws(StrataError) -> UInt64 { try txn.checksumsFrom(in: views) }
 }
 
 /// A forward cursor over one database as a ``ViewReader`` sees it: LMDB's entries merged with the
@@ -139,16 +139,16 @@ struct ViewWriter {
     /// `nil` while folding the log's tail into a reader's overlay: only derived writes happen.
     let writeTxn: LMDB.WriteTransaction?
 
-    var views: Views { reader.views }
+    var views: StoreDatabases { reader.views }
 
     /// A writer into `overlay` over the LMDB write transaction `txn`.
-    init(_ txn: LMDB.WriteTransaction, _ views: Views, overlay: OverlayBuffer?) {
+    init(_ txn: LMDB.WriteTransaction, _ views: StoreDatabases, overlay: OverlayBuffer?) {
         reader = ViewReader(txn: txn.reader, views: views, overlay: overlay)
         writeTxn = txn
     }
 
     /// A writer that changes only the overlay, over a read transaction.
-    init(reading txn: LMDB.ReadTransaction, _ views: Views, overlay: OverlayBuffer) {
+    init(reading txn: LMDB.ReadTransaction, _ views: StoreDatabases, overlay: OverlayBuffer) {
         reader = ViewReader(txn: txn, views: views, overlay: overlay)
         writeTxn = nil
     }
@@ -189,17 +189,17 @@ struct ViewWriter {
     func get(_ key: [UInt8], in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? { try reader.get(key, in: db) }
     func scan<R>(_ db: Database, _ body: (inout ViewCursor) throws -> R) throws(StrataError) -> R { try reader.scan(db, body) }
 
-    func meta(_ key: String, in views: Views) throws(StrataError) -> UnsafeRawBufferPointer? { try reader.meta(key, in: views) }
-    func metaUInt64(_ key: String, in views: Views) throws(StrataError) -> UInt64? { try reader.metaUInt64(key, in: views) }
-    func lastLSN(in views: Views) throws(StrataError) -> UInt64 { try reader.lastLSN(in: views) }
-    func horizon(in views: Views) throws(StrataError) -> UInt64 { try reader.horizon(in: views) }
-    func checksumsFrom(in views: Views) throws(StrataError) -> UInt64 { try reader.checksumsFrom(in: views) }
+    func meta(_ key: String, in views: StoreDatabases) throws(StrataError) -> UnsafeRawBufferPointer? { try reader.meta(key, in: views) }
+    func metaUInt64(_ key: String, in views: StoreDatabases) throws(StrataError) -> UInt64? { try reader.metaUInt64(key, in: views) }
+    func lastLSN(in views: StoreDatabases) throws(StrataError) -> UInt64 { try reader.lastLSN(in: views) }
+    func horizon(in views: StoreDatabases) throws(StrataError) -> UInt64 { try reader.horizon(in: views) }
+    func checksumsFrom(in views: StoreDatabases) throws(StrataError) -> UInt64 { try reader.checksumsFrom(in: views) }
 
-    func setMeta(_ key: String, _ value: [UInt8], in views: Views) throws(StrataError) {
+    func setMeta(_ key: String, _ value: [UInt8], in views: StoreDatabases) throws(StrataError) {
         try lmdb { () throws(LMDBError) in try lmdbWriter("setMeta").put(Array(key.utf8), value, in: views.meta) }
     }
 
-    func setMeta(_ key: String, _ value: UInt64, in views: Views) throws(StrataError) {
+    func setMeta(_ key: String, _ value: UInt64, in views: StoreDatabases) throws(StrataError) {
         var w = ByteWriter(capacity: 8)
         w.appendBigEndian(value)
         try setMeta(key, w.bytes, in: views)

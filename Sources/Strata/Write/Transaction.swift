@@ -15,7 +15,7 @@ public final class Transaction {
     private let writer: ViewWriter
     /// The working copy of the overlay, published when the transaction commits.
     let overlay: OverlayBuffer
-    let views: Views
+    let views: StoreDatabases
     /// The catalog with this transaction's changes. Read it through ``catalog`` (which checks
     /// that the transaction is live); change it here, after such a read.
     var workingCatalog: Catalog

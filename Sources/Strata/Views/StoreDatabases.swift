@@ -1,6 +1,7 @@
 import LMDB
 
-/// The named databases of a store, and the maintenance of the views kept from the log.
+/// Every named database of a store — the log, the views derived from it, `base` and `meta` —
+/// and the maintenance of the views as operations are folded in.
 ///
 /// | database | key | value |
 /// |---|---|---|
@@ -12,7 +13,7 @@ import LMDB
 /// | `view` | view id + sort values + row key | row key (see `NamedView.swift`) |
 /// | `base` | table id + row key | row state as of the compaction horizon (see `Compaction.swift`) |
 /// | `meta` | ASCII name | store metadata (format, catalog, counters, client id, horizon) |
-struct Views: Sendable {
+struct StoreDatabases: Sendable {
     let log: Database
     let rows: Database
     let pending: Database
@@ -30,8 +31,8 @@ struct Views: Sendable {
 
     static let names = (log: "log", rows: "rows", pending: "pending", gone: "gone", index: "index", view: "view", base: "base", meta: "meta")
 
-    static func open(_ txn: LMDB.WriteTransaction) throws(LMDBError) -> Views {
-        Views(
+    static func open(_ txn: LMDB.WriteTransaction) throws(LMDBError) -> StoreDatabases {
+        StoreDatabases(
             log: try txn.openDatabase(names.log),
             rows: try txn.openDatabase(names.rows),
             pending: try txn.openDatabase(names.pending),
@@ -125,24 +126,24 @@ enum MetaKey {
 }
 
 extension ReadableTransaction {
-    func meta(_ key: String, in views: Views) throws(StrataError) -> UnsafeRawBufferPointer? {
+    func meta(_ key: String, in views: StoreDatabases) throws(StrataError) -> UnsafeRawBufferPointer? {
         try lmdb { () throws(LMDBError) in try get(Array(key.utf8), in: views.meta) }
     }
 
     /// A counter kept in `meta`: exactly 8 bytes, at most ``Counter/limit`` (else corruptRecord).
-    func metaUInt64(_ key: String, in views: Views) throws(StrataError) -> UInt64? {
+    func metaUInt64(_ key: String, in views: StoreDatabases) throws(StrataError) -> UInt64? {
         guard let b = try meta(key, in: views) else { return nil }
-        return try Counter.decode(b, database: Views.names.meta, key: key)
+        return try Counter.decode(b, database: StoreDatabases.names.meta, key: key)
     }
 
     /// The LSN of the last operation ever written: the log's last, or the compaction horizon
     /// when compaction emptied the log. 0 for a new store.
-    func lastLSN(in views: Views) throws(StrataError) -> UInt64 {
+    func lastLSN(in views: StoreDatabases) throws(StrataError) -> UInt64 {
         max(try lastLSN(of: views.log), try horizon(in: views))
     }
 
     /// The compaction horizon: operations up to it live only in `base`. 0 when never compacted.
-    func horizon(in views: Views) throws(StrataError) -> UInt64 {
+    func horizon(in views: StoreDatabases) throws(StrataError) -> UInt64 {
         try metaUInt64(MetaKey.horizon, in: views) ?? 0
     }
 
@@ -156,11 +157,11 @@ extension ReadableTransaction {
 }
 
 extension LMDB.WriteTransaction {
-    func setMeta(_ key: String, _ value: [UInt8], in views: Views) throws(StrataError) {
+    func setMeta(_ key: String, _ value: [UInt8], in views: StoreDatabases) throws(StrataError) {
         try lmdb { () throws(LMDBError) in try put(Array(key.utf8), value, in: views.meta) }
     }
 
-    func setMeta(_ key: String, _ value: UInt64, in views: Views) throws(StrataError) {
+    func setMeta(_ key: String, _ value: UInt64, in views: StoreDatabases) throws(StrataError) {
         var w = ByteWriter(capacity: 8)
         w.appendBigEndian(value)
         try setMeta(key, w.bytes, in: views)
@@ -170,14 +171,6 @@ extension LMDB.WriteTransaction {
 extension ReadableTransaction {
     /// Runs a cursor-based body, wrapping errors as ``StrataError``.
     func scan<R>(_ db: Database, _ body: (inout Cursor) throws -> R) throws(StrataError) -> R {
-        do {
-            return try withCursor(db, body)
-        } catch let e as StrataError {
-            throw e
-        } catch let e as LMDBError {
-            throw .storage(e)
-        } catch {
-            throw StrataError(.storage, "\(error)")
-        }
+        try strataErrors { try withCursor(db, body) }
     }
 }
