@@ -138,8 +138,8 @@ extension SyncClient {
     ///   - maxAttempts: how many times a failing transport call is tried before its error is thrown.
     ///   - backoff: the wait before the first retry; it doubles with each further attempt.
     ///   - maxBatchRows: the most rows in one upload batch (default 500).
-    ///   - maxBatchBytes: the most bytes of changes in one upload batch (default 1 MiB); a single
-    ///     larger row still goes, alone.
+    ///   - maxBatchBytes: the most bytes one upload batch takes as ``WireFormat`` encodes it,
+    ///     envelope included (default 1 MiB); a single larger row still goes, alone.
     ///   - onReset: what to do with unsynced local edits when the server asks for a client reset.
     ///   - progress: called as each phase advances (per phase and table: total, processed, remaining).
     /// - Throws: the transport's error after `maxAttempts`; ``ResetRequired`` with `.fail`, or
