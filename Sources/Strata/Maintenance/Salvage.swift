@@ -186,33 +186,31 @@ extension Store {
             // The new store: the damaged one's identity and schema, then its operations, then views.
             do {
                 let store = try Store(path: path)
-                try strataErrors {
-                    try store.env.write { txn in
-                        let views = store.views
-                        try txn.setMeta(MetaKey.catalog, catalogBytes, in: views)
-                        try txn.setMeta(MetaKey.catalogVersion, meta.catalogVersion, in: views)
-                        if let id = meta.entries[MetaKey.clientID] { try txn.setMeta(MetaKey.clientID, id, in: views) }
-                        try txn.setMeta(MetaKey.lastTxn, lastTxn, in: views)
-                        for (key, value) in meta.entries where key.hasPrefix("p:") || key.hasPrefix(MetaKey.pinPrefix) {
-                            if key.hasPrefix(MetaKey.pinPrefix), value.count != 8 { continue }
-                            try txn.setMeta(key, value, in: views)
-                        }
-                        for (lsn, record) in kept {
-                            try lmdb { () throws(LMDBError) in
-                                var k = lsn.bigEndian
-                                try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in
-                                    try withBytes(record) { (v) throws(LMDBError) in try txn.put(kb, v, in: views.log, flags: .append) }
-                                }
+                try store.env.write { txn in
+                    let views = store.views
+                    try txn.setMeta(MetaKey.catalog, catalogBytes, in: views)
+                    try txn.setMeta(MetaKey.catalogVersion, meta.catalogVersion, in: views)
+                    if let id = meta.entries[MetaKey.clientID] { try txn.setMeta(MetaKey.clientID, id, in: views) }
+                    try txn.setMeta(MetaKey.lastTxn, lastTxn, in: views)
+                    for (key, value) in meta.entries where key.hasPrefix("p:") || key.hasPrefix(MetaKey.pinPrefix) {
+                        if key.hasPrefix(MetaKey.pinPrefix), value.count != 8 { continue }
+                        try txn.setMeta(key, value, in: views)
+                    }
+                    for (lsn, record) in kept {
+                        try lmdb { () throws(LMDBError) in
+                            var k = lsn.bigEndian
+                            try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in
+                                try withBytes(record) { (v) throws(LMDBError) in try txn.put(kb, v, in: views.log, flags: .append) }
                             }
                         }
-                        // The log may have gaps (lost records), which a fold of its tail refuses: the
-                        // views are marked current here, and the rebuild below makes them so.
-                        if let last = kept.last { try txn.setMeta(MetaKey.viewsLSN, last.lsn, in: views) }
-                        // Operations without a checksum are kept as they are: the new store requires
-                        // one only after the last of them.
-                        let unchecksummed = kept.last { $0.record.first.map { $0 < RecordFormat.checksummedFormat } ?? false }
-                        try txn.setMeta(MetaKey.checksumsFrom, (unchecksummed?.lsn ?? 0) + 1, in: views)
                     }
+                    // The log may have gaps (lost records), which a fold of its tail refuses: the
+                    // views are marked current here, and the rebuild below makes them so.
+                    if let last = kept.last { try txn.setMeta(MetaKey.viewsLSN, last.lsn, in: views) }
+                    // Operations without a checksum are kept as they are: the new store requires
+                    // one only after the last of them.
+                    let unchecksummed = kept.last { $0.record.first.map { $0 < RecordFormat.checksummedFormat } ?? false }
+                    try txn.setMeta(MetaKey.checksumsFrom, (unchecksummed?.lsn ?? 0) + 1, in: views)
                 }
             }
             // Reopened, so that the catalog and client id just written are the ones in use.

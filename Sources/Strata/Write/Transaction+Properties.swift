@@ -28,9 +28,7 @@ extension Transaction {
 
     /// The named property as this transaction sees it.
     public func property(_ name: String) throws(StrataError) -> Value? {
-        return try strataErrors {
-            try snapshot.property(name)
-        }
+        try snapshot.property(name)
     }
 }
 

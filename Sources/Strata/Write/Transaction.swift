@@ -384,9 +384,7 @@ public final class Transaction {
 
     /// The row as this transaction sees it; see ``Snapshot/row(_:key:includingDeleted:)``.
     public func row(_ table: String, key: RowKey, includingDeleted: Bool = false) throws(StrataError) -> Row? {
-        return try strataErrors {
-            try snapshot.row(table, key: key, includingDeleted: includingDeleted)
-        }
+        try snapshot.row(table, key: key, includingDeleted: includingDeleted)
     }
 
     // MARK: The log append
