@@ -22,10 +22,9 @@ public final class SyncClient: Sendable {
     /// The store property holding the anchor of the last merged delta.
     public static let anchorProperty = "strata.sync.anchor"
 
-    /// Whether rows with nothing pending are merged on their stored records (see
-    /// `applyToCleanRow`). Off only in tests, which check that it decides as the field-by-field
-    /// merge does.
-    let useCleanRowShortcut: Bool
+    /// Whether live server rows are merged on their stored records (see `mergeOnRecord`). Off
+    /// only in tests, which check that it decides as the field-by-field merge does.
+    let mergesOnRecords: Bool
 
     /// A sync client for `store`: `policy` settles conflicts in tables without a policy of their own in `tablePolicies`; `associations` order uploads and follow server-assigned keys.
     public init(store: Store, policy: ConflictPolicy = .serverWins, tablePolicies: [String: ConflictPolicy] = [:], associations: [Association] = []) {
@@ -33,15 +32,15 @@ public final class SyncClient: Sendable {
         self.policy = policy
         self.tablePolicies = tablePolicies
         self.associations = associations
-        self.useCleanRowShortcut = true
+        self.mergesOnRecords = true
     }
 
-    init(store: Store, policy: ConflictPolicy, cleanRowShortcut: Bool) {
+    init(store: Store, policy: ConflictPolicy, mergesOnRecords: Bool) {
         self.store = store
         self.policy = policy
         self.tablePolicies = [:]
         self.associations = []
-        self.useCleanRowShortcut = cleanRowShortcut
+        self.mergesOnRecords = mergesOnRecords
     }
 
     /// The anchor of the last merged delta (`nil` before the first), to pull the next one from.
@@ -123,7 +122,7 @@ public final class SyncClient: Sendable {
             guard seen.insert(key).inserted else {
                 throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
             }
-            if useCleanRowShortcut, try applyToCleanRow(row, table: delta.table, key: key, anchor: anchor, tx: tx, report: &report) { continue }
+            if mergesOnRecords, try mergeOnRecord(row, table: delta.table, key: key, anchor: anchor, policy: policy, tx: tx, report: &report) { continue }
             var values: [String: Value] = [:]
             for (name, value) in row.fields where !keyFields.contains(name) { values[name] = stored(value, name, schema) }
             let existing = try tx.row(delta.table, key: key, includingDeleted: true)
@@ -171,28 +170,40 @@ public final class SyncClient: Sendable {
         RowKey(zip(values, schema.primaryKey).map { stored($0, $1, schema) })
     }
 
-    /// The merge of a server row into a local row with nothing pending — most rows of most
-    /// deltas — done by `Transaction.applyServerValues` on the stored
-    /// record. By the rules in `MergeRules.swift` every field the server changed is taken
-    /// (`takeServer`), there is no conflict, and an unchanged row logs nothing. Returns `false`
-    /// when the row is absent or pending: the caller merges it field by field.
-    private func applyToCleanRow(_ row: ServerRow, table: String, key: RowKey, anchor: String, tx: Transaction, report: inout MergeReport) throws -> Bool {
-        let result = try tx.applyServerValues(table, key: key, row.fields, kind: .serverChange) { replaced in
-            let decisions = replaced.sorted { $0.field < $1.field }.map {
-                FieldDecision(field: $0.field, base: $0.old, local: $0.old, server: $0.new, outcome: .takeServer)
+    /// The merge of a server row into a live server row — most rows of most deltas — done on
+    /// the stored record by `Transaction.mergeServerValues`, with one read and one write and
+    /// no `Row`, `RowState` or dictionaries. The decisions are `MergeRules.onRecord`'s, the same
+    /// rules as the field-by-field merge. Returns `false` (nothing written) when the row is
+    /// absent, a local insert or delete, conflicted, or meets a conflict its policy decides by
+    /// looking at it: the caller merges it field by field.
+    private func mergeOnRecord(_ row: ServerRow, table: String, key: RowKey, anchor: String, policy: ConflictPolicy, tx: Transaction, report: inout MergeReport) throws -> Bool {
+        let resolution = MergeRules.fixedResolution(policy)
+        var conflict: MergeReport.ConflictRecord? = nil
+        var decisions: [FieldDecision] = []
+        func decide(_ fields: [Transaction.ServerFieldDecision]) {
+            // The audit's order, as the field-by-field merge records it: the fields decided by
+            // the rules by name, then the conflicting ones by name.
+            let all = fields.map { FieldDecision(field: $0.field, base: $0.base, local: $0.local, server: $0.server, outcome: FieldDecision.Outcome(rawValue: $0.tag)!) }
+            let conflicting = all.filter(\.outcome.isConflict).sorted { $0.field < $1.field }
+            decisions = all.filter { !$0.outcome.isConflict }.sorted { $0.field < $1.field } + conflicting
+            if let resolution, !conflicting.isEmpty {
+                conflict = MergeReport.ConflictRecord(table: table, key: key, kind: .fields, fields: conflicting.map(\.field), resolution: resolution.kind, policy: policy.kind)
             }
-            return MergeAudit(anchor: anchor, serverVersion: row.version, conflict: nil, resolution: nil, policy: nil, decisions: decisions).encoded
         }
-        switch result {
-        case .needsMerge:
-            return false
-        case .unchanged:
-            return true
-        case .applied(let replaced):
-            report.fieldsFromServer += replaced.count
-            report.rowsApplied += 1
-            return true
+        let result = try tx.mergeServerValues(table, key: key, row.fields, kind: .serverChange) {
+            MergeRules.onRecord($0, resolution: resolution)
+        } annotation: { fields in
+            decide(fields)
+            return MergeAudit(
+                anchor: anchor, serverVersion: row.version, conflict: conflict?.kind, resolution: conflict?.resolution,
+                policy: conflict?.policy, decisions: decisions
+            ).encoded
         }
+        guard case .merged(let fields, let logged) = result else { return false }
+        if !logged { decide(fields) }
+        report.record(decisions, conflict: conflict)
+        if logged { report.rowsApplied += 1 }
+        return true
     }
 
     private func apply(
@@ -203,7 +214,8 @@ public final class SyncClient: Sendable {
         let outcome = MergeRules.merge(
             table: table, key: key, local: localState, server: change,
             serverTimestamp: server?.timestamp,
-            localTimestamp: { Self.lastLocalEdit(table, key, tx) },
+            // Read from the row's history only for the policies that look at it.
+            localTimestamp: { MergeRules.fixedResolution(policy) == nil ? Self.lastLocalEdit(table, key, tx) : nil },
             policy: policy
         )
         report.record(outcome, table: table, key: key, policy: policy)

@@ -75,7 +75,7 @@ import Testing
         try Self.withStores { store in
             let before = try observableAll(store)
             let sync = SyncClient(store: store)
-            for id in [1, 2] {  // the clean-row shortcut and the field-by-field merge
+            for id in [1, 2] {  // a row merged on its record and one merged field by field
                 let e = #expect(throws: StrataError.self) {
                     try sync.merge(ServerDelta(anchor: "a", tables: [TableDelta("readings", upserts: [ServerRow(["id": .int(Int64(id)), "v": .null])])]))
                 }

@@ -91,8 +91,8 @@ import Testing
         ("revert(_:key:)", { try $0.revert("tasks", key: 1) }),
         ("revertAll", { _ = try $0.revertAll("tasks") }),
         ("acknowledge", { try $0.acknowledge("tasks", key: 2) }),
-        ("applyServerValues", { tx in
-            _ = try tx.applyServerValues("tasks", key: 1, ["notes": "server"], kind: .serverChange) { _ in [] }
+        ("mergeServerValues", { tx in
+            _ = try tx.mergeServerValues("tasks", key: 1, ["notes": "server"], kind: .serverChange, decide: { _ in (.takeServer, 1) }) { _ in [] }
         }),
         ("snapshot", { _ = try $0.snapshot }),
         ("row", { _ = try $0.row("tasks", key: 1) }),

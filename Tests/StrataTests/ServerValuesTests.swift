@@ -2,9 +2,13 @@ import Foundation
 @testable import Strata
 import Testing
 
-/// `Transaction.applyServerValues`: server values written straight onto a row with nothing
-/// pending, and refused (nothing written) for every other row.
+/// `Transaction.mergeServerValues`: server values merged straight into a stored live row, as
+/// the caller's decisions say, and refused (nothing written) for every row it does not handle.
+/// The merge rules themselves are StrataSync's (`RecordMergeTests` holds them to the
+/// field-by-field merge); here `decide` is written out per test.
 @Suite struct ServerValuesTests {
+    typealias Decision = (action: Transaction.ServerFieldAction, tag: UInt8)
+
     func seeded(_ body: (Store) throws -> Void) throws {
         try withStore { store, _ in
             try store.createTable(tasksSchema)
@@ -20,23 +24,26 @@ import Testing
         }
     }
 
+    /// Take what the server changed, record it with tag 1.
+    static func takeChanges(_ sides: Transaction.ServerFieldSides) -> Decision? { sides.serverChanged ? (.takeServer, 1) : (.keep, 0) }
+
     @Test func aCleanRowTakesTheValuesCleanInOneServerOperation() throws {
         try seeded { store in
             let before = try store.read { try $0.lastLSN }
-            var seen: [Transaction.ReplacedValue] = []
+            var seen: [Transaction.ServerFieldDecision] = []
             let result = try store.write { tx in
-                try tx.applyServerValues("tasks", key: 1, ["id": 1, "title": "t", "priority": 5, "updated": 2, "notes": .null], kind: .serverChange) {
+                try tx.mergeServerValues("tasks", key: 1, ["id": 1, "title": "t", "priority": 5, "updated": 2, "notes": .null], kind: .serverChange, decide: Self.takeChanges) {
                     seen = $0
                     return [42]
                 }
             }
             // Field order; the int given for a double field is stored as a double.
             let expected = [
-                Transaction.ReplacedValue(field: "priority", old: 0, new: 5),
-                Transaction.ReplacedValue(field: "notes", old: "n", new: .null),
-                Transaction.ReplacedValue(field: "updated", old: .null, new: 2.0),
+                Transaction.ServerFieldDecision(field: "priority", base: 0, local: 0, server: 5, action: .takeServer, tag: 1),
+                Transaction.ServerFieldDecision(field: "notes", base: "n", local: "n", server: .null, action: .takeServer, tag: 1),
+                Transaction.ServerFieldDecision(field: "updated", base: .null, local: .null, server: 2.0, action: .takeServer, tag: 1),
             ]
-            #expect(result == .applied(expected))
+            #expect(result == .merged(expected, logged: true))
             #expect(seen == expected)
             let row = try #require(try store.read { try $0.row("tasks", key: 1) })
             #expect(row.status == .unchanged && row.changedFields.isEmpty)
@@ -49,22 +56,64 @@ import Testing
         }
     }
 
+    @Test func eachActionOnAPendingFieldWritesItsState() throws {
+        // Row 2's title is "local" over the server's "t"; the server now sends "s".
+        let cases: [(Transaction.ServerFieldAction, original: Value, current: Value, status: Row.Status, conflicted: Bool)] = [
+            (.takeServer, "s", "s", .unchanged, false),
+            (.rebase, "s", "local", .updated, false),
+            (.conflict, "s", "local", .updated, true),
+            (.keep, "t", "local", .updated, false),
+        ]
+        for c in cases {
+            try seeded { store in
+                var sides: [Transaction.ServerFieldSides] = []
+                let result = try store.write { tx in
+                    try tx.mergeServerValues("tasks", key: 2, ["title": "s", "priority": 0], kind: .serverChange) { s in
+                        sides.append(s)
+                        return (c.0, 7)
+                    } annotation: { _ in [1] }
+                }
+                // Field order: title, then priority (unchanged on both sides).
+                #expect(sides == [
+                    Transaction.ServerFieldSides(localChanged: true, serverChanged: true, serverIsLocal: false),
+                    Transaction.ServerFieldSides(localChanged: false, serverChanged: false, serverIsLocal: true),
+                ])
+                guard case .merged(let decisions, let logged) = result else {
+                    Issue.record("\(c.0): \(result)")
+                    return
+                }
+                #expect(decisions.map(\.field) == ["title", "priority"], "\(c.0)")
+                #expect(decisions.first == Transaction.ServerFieldDecision(field: "title", base: "t", local: "local", server: "s", action: c.0, tag: 7))
+                #expect(logged == (c.0 != .keep), "\(c.0)")
+                let row = try #require(try store.read { try $0.row("tasks", key: 2) })
+                #expect(row.original("title") == c.original && row["title"] == c.current, "\(c.0)")
+                #expect(row.status == c.status && row.isConflicted == c.conflicted, "\(c.0)")
+                #expect(row.conflictingFields == (c.conflicted ? ["title"] : []), "\(c.0)")
+                #expect(try store.read { try $0.pendingRows("tasks").map(\.key) } == (c.status == .updated ? [2, 4] : [4]), "\(c.0)")
+                #expect(try store.verify().isConsistent)
+            }
+        }
+    }
+
     @Test func nothingIsWrittenForTheSameValuesOrARowThatNeedsAMerge() throws {
         try seeded { store in
             let before = try store.read { try $0.lastLSN }
             let results = try store.write { tx in
                 [
-                    try tx.applyServerValues("tasks", key: 1, ["title": "t", "notes": "n", "updated": .null], kind: .serverChange) { _ in [1] },
-                    try tx.applyServerValues("tasks", key: 2, ["priority": 1], kind: .serverChange) { _ in [1] },  // a pending field
-                    try tx.applyServerValues("tasks", key: 4, ["priority": 1], kind: .serverChange) { _ in [1] },  // a local insert
-                    try tx.applyServerValues("tasks", key: 9, ["priority": 1], kind: .serverChange) { _ in [1] },  // no row
-                    try tx.applyServerValues("tasks", key: 3, ["colour": 1], kind: .serverChange) { _ in [1] },  // no such field
+                    try tx.mergeServerValues("tasks", key: 1, ["title": "t", "notes": "n", "updated": .null], kind: .serverChange, decide: Self.takeChanges) { _ in [1] },
+                    try tx.mergeServerValues("tasks", key: 4, ["priority": 1], kind: .serverChange, decide: Self.takeChanges) { _ in [1] },  // a local insert
+                    try tx.mergeServerValues("tasks", key: 9, ["priority": 1], kind: .serverChange, decide: Self.takeChanges) { _ in [1] },  // no row
+                    try tx.mergeServerValues("tasks", key: 3, ["colour": 1], kind: .serverChange, decide: Self.takeChanges) { _ in [1] },  // no such field
+                    try tx.mergeServerValues("tasks", key: 3, ["priority": 1], kind: .serverChange, decide: { _ in nil }) { _ in [1] },  // left to the caller
+                    // A pending required field the server clears: taking it would leave it null.
+                    try tx.mergeServerValues("tasks", key: 2, ["title": .null, "priority": 3], kind: .serverChange, decide: { _ in (.takeServer, 1) }) { _ in [1] },
                 ]
             }
-            #expect(results == [.unchanged, .needsMerge, .needsMerge, .needsMerge, .needsMerge])
+            #expect(results == [.merged([], logged: false), .needsMerge, .needsMerge, .needsMerge, .needsMerge, .needsMerge])
             try store.write { tx in try tx.delete("tasks", key: 3) }
-            #expect(try store.write { tx in try tx.applyServerValues("tasks", key: 3, ["priority": 1], kind: .serverChange) { _ in [] } } == .needsMerge)
+            #expect(try store.write { tx in try tx.mergeServerValues("tasks", key: 3, ["priority": 1], kind: .serverChange, decide: Self.takeChanges) { _ in [] } } == .needsMerge)
             #expect(try store.read { try $0.lastLSN } == before + 1)
+            #expect(try store.read { try $0.row("tasks", key: 2)?["priority"] } == 0)
         }
     }
 
@@ -74,13 +123,18 @@ import Testing
             struct Refused: Error {}
             try store.write { tx in
                 #expect(throws: StrataError.self) {
-                    try tx.applyServerValues("tasks", key: 1, ["priority": "high"], kind: .serverChange) { _ in [] }
+                    try tx.mergeServerValues("tasks", key: 1, ["priority": "high"], kind: .serverChange, decide: Self.takeChanges) { _ in [] }
                 }
+                // A null for a required field of a row with nothing pending.
+                let e = #expect(throws: StrataError.self) {
+                    try tx.mergeServerValues("tasks", key: 1, ["title": .null], kind: .serverChange, decide: Self.takeChanges) { _ in [] }
+                }
+                #expect(e?.code == .nullNotAllowed)
                 #expect(throws: Refused.self) {
-                    try tx.applyServerValues("tasks", key: 1, ["priority": 7], kind: .serverChange) { _ in throw Refused() }
+                    try tx.mergeServerValues("tasks", key: 1, ["priority": 7], kind: .serverChange, decide: Self.takeChanges) { _ in throw Refused() }
                 }
                 #expect(throws: StrataError.self) {
-                    try tx.applyServerValues("lists", key: 1, ["priority": 7], kind: .serverChange) { _ in [] }
+                    try tx.mergeServerValues("lists", key: 1, ["priority": 7], kind: .serverChange, decide: Self.takeChanges) { _ in [] }
                 }
             }
             #expect(try store.read { try $0.lastLSN } == before)

@@ -7,7 +7,7 @@ extension TableInfo {
 
     /// The one check of a value entering the store, whatever brings it — an edit, a merge, a
     /// reset, a conflict resolution, a briefcase import (``Transaction`` edits,
-    /// `setRowState` and `applyServerValues` all call it):
+    /// `setRowState` and `mergeServerValues` all call it):
     ///
     /// - a field needs a non-empty name (property bags create fields by name);
     /// - doubles and timestamps must be finite: NaN and infinities have no order, no place in an

@@ -34,6 +34,8 @@ public final class Transaction {
     private var newValues: [NewValue] = []
     private var opBuf = ByteWriter(capacity: 512)
     private var rowBuf = ByteWriter(capacity: 512)
+    /// Per field id, whether the field holds a value after a merge (`mergeServerValues`).
+    private var valued: [Bool] = []
     /// Rows touched, kept only when invariant checks are on.
     private var touched: Set<[UInt8]> = []
     /// Changes for observers, collected only when the store has any.
@@ -269,107 +271,188 @@ public final class Transaction {
         }
     }
 
-    /// A field that ``applyServerValues(_:key:_:kind:annotation:)`` set: its value before and after.
-    package struct ReplacedValue: Sendable, Hashable {
+    /// What a merge does to one field of a stored row, as decided by the caller of
+    /// ``mergeServerValues(_:key:_:kind:decide:annotation:)``.
+    package enum ServerFieldAction: Sendable, Hashable {
+        /// The field stays as stored.
+        case keep
+        /// The field becomes clean at the server's value.
+        case takeServer
+        /// The server's value becomes the original; the local current value stays, pending.
+        case rebase
+        /// As `rebase`, and the field (and so the row) is marked in conflict.
+        case conflict
+    }
+
+    /// How the three values of one field compare, for the caller's decision.
+    package struct ServerFieldSides: Sendable, Hashable {
+        /// The current value differs from the original: the device changed the field.
+        package let localChanged: Bool
+        /// The server's value differs from the original: the server changed the field.
+        package let serverChanged: Bool
+        /// The server's value equals the current value.
+        package let serverIsLocal: Bool
+    }
+
+    /// One field the caller's decision asked to record: the values before the merge, the
+    /// server's value, and the caller's tag.
+    package struct ServerFieldDecision: Sendable, Hashable {
         package let field: String
-        package let old: Value
-        package let new: Value
+        /// The original (server-confirmed) value before the merge.
+        package let base: Value
+        /// The current value before the merge.
+        package let local: Value
+        /// The value the server sent, as the store holds it (an int for a double field converted).
+        package let server: Value
+        package let action: ServerFieldAction
+        /// The caller's own code for the decision (never 0).
+        package let tag: UInt8
     }
 
-    /// What ``applyServerValues(_:key:_:kind:annotation:)`` did.
-    package enum ServerValuesResult: Sendable, Hashable {
-        /// The row does not exist or has local changes (it is pending or conflicted), or a value
-        /// names a field the table does not have yet: nothing was written. The caller decides
-        /// field by field and writes with ``setRowState(_:key:_:kind:origin:annotation:)``.
+    /// What ``mergeServerValues(_:key:_:kind:decide:annotation:)`` did.
+    package enum ServerMergeResult: Sendable, Hashable {
+        /// Nothing was written: the row does not exist, is inserted, deleted or conflicted, a
+        /// value names a field the table does not have yet, a decision was `nil`, or a required
+        /// field would end up null. The caller merges the row as a ``RowState`` and writes with
+        /// ``setRowState(_:key:_:kind:origin:annotation:)``.
         case needsMerge
-        /// The row already holds every value: nothing was written.
-        case unchanged
-        /// One operation was logged; these fields changed, in field order.
-        case applied([ReplacedValue])
+        /// The decisions the caller asked to record, in field order; `logged` says whether an
+        /// operation was written (some field changed).
+        case merged([ServerFieldDecision], logged: Bool)
     }
 
-    /// Sets fields of a row that has nothing pending to values the server sent, as clean values
-    /// (original and current both the new value), in one operation of origin `server`.
+    /// Merges values the server sent into a live server row (not inserted, deleted or
+    /// conflicted; its fields may be pending) on the stored record, in one operation of origin
+    /// `server`, without building a ``Row`` or a ``RowState``.
     ///
-    /// This is the common case of merging a server delta — the device did not touch the row —
-    /// done on the stored record without building a ``Row`` or a ``RowState``. Key fields in
-    /// `values` are skipped (the key is `key`); a `null` value clears the field. `annotation`
-    /// is called once, only when something changes, with the replaced values, and its bytes are
-    /// stored with the operation.
+    /// This is the common case of merging a server delta, done with one read and one write.
+    /// The merge rules stay with the caller: `decide` is called once per field the server sent
+    /// (key fields skipped; a field the server left out stays as stored) with how its original,
+    /// current and server values compare, and returns what happens to the field and a tag to
+    /// record it under (0: nothing to record), or `nil` to leave the whole row to the caller.
+    /// `annotation` is called once, only when some field changes, with the recorded
+    /// decisions, and its bytes are stored with the operation.
     ///
     /// Values are compared by their canonical encoding, as edits compare them.
     ///
-    /// - Throws: ``StrataError`` `tableNotFound`, `invalidKey`, `typeMismatch`; whatever
-    ///   `annotation` throws. On a throw nothing is written.
-    package func applyServerValues(
+    /// - Throws: ``StrataError`` `tableNotFound`, `invalidKey`, `typeMismatch`, `nullNotAllowed`
+    ///   (a null for a required field of a row with nothing pending); whatever `annotation`
+    ///   throws. On a throw nothing is written.
+    package func mergeServerValues(
         _ table: String, key: RowKey, _ values: [String: Value], kind: LogEntry.Kind,
-        annotation: ([ReplacedValue]) throws -> [UInt8]
-    ) throws -> ServerValuesResult {
+        decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
+        annotation: ([ServerFieldDecision]) throws -> [UInt8]
+    ) throws -> ServerMergeResult {
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
         guard let old = try storedRow() else { return .needsMerge }
         let h = try RowHeader(old)
         guard h.flags.isEmpty else { return .needsMerge }
+        // A row with pending fields admits a null for a required field (it may stay an
+        // original); whether the field ends up null is checked below, after the decisions.
+        var hasPending = false
+        var scan = ByteReader(old, offset: h.entriesStart)
+        while let x = try scan.nextEntry() {
+            if x.isConflict { return .needsMerge }
+            if x.isDirty { hasPending = true }
+        }
         valBuf.reset()
         newValues.removeAll(keepingCapacity: true)
         for (name, value) in values {
             guard let id = t.fieldIDs[name] else { return .needsMerge }
             if t.isKeyField(id) { continue }
-            // The same check as every value entering the store: a null for a field that is not
-            // nullable is refused here as in an edit.
-            let v = try t.admit(value, field: id, name: name)
+            let v = try t.admit(value, field: id, name: name, nullable: hasPending ? true : nil)
             let start = valBuf.count
             valBuf.appendValue(v)
             newValues.append(NewValue(id: id, range: start..<valBuf.count))
         }
         newValues.sort { $0.id < $1.id }
-        // Compare with the stored entries; any dirty one means the row is pending after all.
-        var replaced: [(id: Int, old: Range<Int>?, new: Range<Int>)] = []
-        // Fields with a stored value or a new one: a required field with neither takes its
-        // default in `setRowState`, which this shortcut leaves to the full merge.
-        var valued = Set<Int>(newValues.lazy.map(\.id))
+        // One pass over the stored entries and the server's values, both in field id order.
+        var decided: [(id: Int, base: Range<Int>?, local: Range<Int>?, new: Range<Int>, action: ServerFieldAction, tag: UInt8)] = []
+        // Which fields hold a value after the merge: a row that would leave a required field
+        // null is left to the caller (it may take a default, or be refused with the row's
+        // context). Only declared fields (ids below `definitions.count`) can be required.
+        valued.removeAll(keepingCapacity: true)
+        valued.append(contentsOf: repeatElement(false, count: t.definitions.count))
+        var changed = false
         var r = ByteReader(old, offset: h.entriesStart)
         var e = try r.nextEntry()
         var i = 0
         while e != nil || i < newValues.count {
-            if let x = e, x.isDirty { return .needsMerge }
-            if let x = e, !EditRules.same(UnsafeRawBufferPointer(rebasing: old[x.current]), EditRules.null) { valued.insert(x.id) }
             if let x = e, i == newValues.count || x.id < newValues[i].id {
+                if x.id < valued.count, !EditRules.same(UnsafeRawBufferPointer(rebasing: old[x.current]), EditRules.null) { valued[x.id] = true }
                 e = try r.nextEntry()
                 continue
             }
             let n = newValues[i]
             i += 1
-            var stored: Range<Int>? = nil
+            var stored: FieldEntry? = nil
             if let x = e, x.id == n.id {
-                stored = x.current
+                stored = x
                 e = try r.nextEntry()
             }
-            let same = valBuf.withUnsafeBytes { v in
-                EditRules.same(UnsafeRawBufferPointer(rebasing: v[n.range]), stored.map { UnsafeRawBufferPointer(rebasing: old[$0]) } ?? EditRules.null)
+            let base = stored.map { UnsafeRawBufferPointer(rebasing: old[$0.original]) } ?? EditRules.null
+            let local = stored.map { UnsafeRawBufferPointer(rebasing: old[$0.current]) } ?? EditRules.null
+            let sides = valBuf.withUnsafeBytes { v in
+                let server = UnsafeRawBufferPointer(rebasing: v[n.range])
+                return ServerFieldSides(localChanged: stored?.isDirty ?? false, serverChanged: !EditRules.same(server, base), serverIsLocal: EditRules.same(server, local))
             }
-            if !same { replaced.append((n.id, stored, n.range)) }
+            guard let decision = decide(sides) else { return .needsMerge }
+            let tag = decision.tag
+            var action = decision.action
+            // Rebased onto its current value, or "in conflict" with a server that agrees, a
+            // field is simply clean at that value.
+            if action != .keep && sides.serverIsLocal { action = .takeServer }
+            let endsNull = action == .takeServer
+                ? valBuf.withUnsafeBytes { v in EditRules.same(UnsafeRawBufferPointer(rebasing: v[n.range]), EditRules.null) }
+                : EditRules.same(local, EditRules.null)
+            if !endsNull && n.id < valued.count { valued[n.id] = true }
+            // `takeServer` of the value already held clean, or `rebase` onto the original the
+            // field already has, changes nothing.
+            let changes = switch action {
+            case .keep: false
+            case .takeServer: sides.localChanged || sides.serverChanged
+            case .rebase: sides.serverChanged
+            case .conflict: true
+            }
+            changed = changed || changes
+            if tag != 0 || changes {
+                decided.append((n.id, stored?.original, stored?.current, n.range, changes ? action : .keep, tag))
+            }
         }
         for (fid, def) in t.definitions.enumerated() {
             guard let def, !def.isNullable, !t.isKeyField(fid), !t.dropped.contains(fid) else { continue }
-            if !valued.contains(fid) { return .needsMerge }
+            if !valued[fid] { return .needsMerge }
         }
-        guard !replaced.isEmpty else { return .unchanged }
-        let changes = try valBuf.withUnsafeBytes { (v) throws(StrataError) in
-            try replaced.map { (c) throws(StrataError) in
-                var nr = ByteReader(UnsafeRawBufferPointer(rebasing: v[c.new]))
-                var or = ByteReader(c.old.map { UnsafeRawBufferPointer(rebasing: old[$0]) } ?? EditRules.null)
-                return ReplacedValue(field: t.fieldNames[c.id], old: try or.value(), new: try nr.value())
+        let decisions = try valBuf.withUnsafeBytes { (v) throws(StrataError) in
+            try decided.filter { $0.tag != 0 }.map { (d) throws(StrataError) in
+                var br = ByteReader(d.base.map { UnsafeRawBufferPointer(rebasing: old[$0]) } ?? EditRules.null)
+                var lr = ByteReader(d.local.map { UnsafeRawBufferPointer(rebasing: old[$0]) } ?? EditRules.null)
+                var sr = ByteReader(UnsafeRawBufferPointer(rebasing: v[d.new]))
+                return ServerFieldDecision(field: t.fieldNames[d.id], base: try br.value(), local: try lr.value(), server: try sr.value(), action: d.action, tag: d.tag)
             }
         }
-        let audit = try annotation(changes)
+        guard changed else { return .merged(decisions, logged: false) }
+        let audit = try annotation(decisions)
         try logEdit(kind, t, origin: .server, annotation: audit, old: old) { (op) throws(StrataError) in
+            var flags: RowFlags = []
             valBuf.withUnsafeBytes { v in
-                for c in replaced { op.appendCleanEntry(c.id, UnsafeRawBufferPointer(rebasing: v[c.new])) }
+                for d in decided {
+                    let server = UnsafeRawBufferPointer(rebasing: v[d.new])
+                    let local = d.local.map { UnsafeRawBufferPointer(rebasing: old[$0]) } ?? EditRules.null
+                    switch d.action {
+                    case .keep: break
+                    case .takeServer: op.appendCleanEntry(d.id, server)
+                    case .rebase: op.appendDirtyEntry(d.id, original: server, current: local)
+                    case .conflict:
+                        op.appendConflictEntry(d.id, server: server, current: local)
+                        flags.insert(.conflicted)
+                    }
+                }
             }
-            return []
+            return flags
         }
-        return .applied(changes)
+        return .merged(decisions, logged: true)
     }
 
     // MARK: Reading inside the transaction

@@ -41,7 +41,13 @@ public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
     }
 
     mutating func record(_ outcome: MergeOutcome, table: String, key: RowKey, policy: ConflictPolicy) {
-        for d in outcome.decisions {
+        record(outcome.decisions, conflict: outcome.conflict.flatMap { c in
+            outcome.resolution.map { ConflictRecord(table: table, key: key, kind: c.kind, fields: c.fields, resolution: $0.kind, policy: policy.kind) }
+        })
+    }
+
+    mutating func record(_ decisions: [FieldDecision], conflict: ConflictRecord?) {
+        for d in decisions {
             switch d.outcome {
             case .takeServer: fieldsFromServer += 1
             case .keepLocal: fieldsKeptLocal += 1
@@ -49,8 +55,6 @@ public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
             default: break
             }
         }
-        if let c = outcome.conflict, let r = outcome.resolution {
-            conflicts.append(ConflictRecord(table: table, key: key, kind: c.kind, fields: c.fields, resolution: r.kind, policy: policy.kind))
-        }
+        if let conflict { conflicts.append(conflict) }
     }
 }

@@ -40,6 +40,11 @@ public struct FieldDecision: Sendable, Hashable {
     public let outcome: Outcome
 }
 
+extension FieldDecision.Outcome {
+    /// A conflict's outcome, whichever side it went to.
+    var isConflict: Bool { rawValue >= Self.conflictServer.rawValue }
+}
+
 /// The result of merging one row.
 struct MergeOutcome {
     /// The row's new state; `nil` removes it.
@@ -76,15 +81,64 @@ struct MergeOutcome {
 /// | inserted locally | conflict on every differing field (no base); the row becomes a server row | kept: the server never had this row |
 /// | deleted locally | if the server changed a field, conflict: server → row restored with the server's values; local → stays deleted, originals updated | settled: removed |
 enum MergeRules {
-    static func resolve(_ c: Conflict, _ policy: ConflictPolicy) -> Resolution {
+    /// The per-field rule of the first table, for a row that is not a local insert.
+    enum FieldRule: Equatable {
+        /// Neither side changed the field.
+        case unchanged
+        case takeServer
+        case keepLocal
+        case settled
+        case conflict
+    }
+
+    static func field(localChanged: Bool, serverChanged: Bool, serverIsLocal: Bool) -> FieldRule {
+        if !localChanged { return serverChanged ? .takeServer : .unchanged }
+        if !serverChanged { return .keepLocal }
+        return serverIsLocal ? .settled : .conflict
+    }
+
+    /// The resolution `policy` gives every conflict whatever it holds, or `nil` for the
+    /// policies that look at the conflict (last writer wins, custom).
+    static func fixedResolution(_ policy: ConflictPolicy) -> Resolution? {
         switch policy {
         case .serverWins: .server
         case .clientWins: .local
         case .deferred: .deferred
-        case .lastWriterWins:
-            // Ties and missing timestamps go to the server: every client decides alike.
-            if let l = c.localTimestamp, let s = c.serverTimestamp, l > s { .local } else { .server }
-        case .custom(let resolver): resolver(c)
+        case .lastWriterWins, .custom: nil
+        }
+    }
+
+    static func resolve(_ c: Conflict, _ policy: ConflictPolicy) -> Resolution {
+        if let fixed = fixedResolution(policy) { return fixed }
+        switch policy {
+        case .custom(let resolver): return resolver(c)
+        default:
+            // Last writer wins. Ties and missing timestamps go to the server: every client
+            // decides alike.
+            if let l = c.localTimestamp, let s = c.serverTimestamp, l > s { return .local } else { return .server }
+        }
+    }
+
+    /// The merge of a live server row (not a local insert, delete or conflict) on its stored
+    /// record: the same rules as ``fields(_:_:_:_:_:_:_:)``, per field, as a write action for
+    /// `Transaction.mergeServerValues` and the outcome to record (as its raw value; 0 for none).
+    /// `nil` for a conflict that `resolution` (the policy's fixed one) cannot settle without
+    /// looking at it: the caller then merges the row as a `RowState`.
+    static func onRecord(_ sides: Transaction.ServerFieldSides, resolution: Resolution?) -> (action: Transaction.ServerFieldAction, tag: UInt8)? {
+        switch field(localChanged: sides.localChanged, serverChanged: sides.serverChanged, serverIsLocal: sides.serverIsLocal) {
+        case .unchanged: (.keep, 0)
+        case .takeServer: (.takeServer, FieldDecision.Outcome.takeServer.rawValue)
+        case .keepLocal: (.keep, FieldDecision.Outcome.keepLocal.rawValue)
+        case .settled: (.takeServer, FieldDecision.Outcome.settled.rawValue)
+        case .conflict:
+            switch resolution {
+            // As in `fields`: the server's value clean; the local value rebased onto the
+            // server's; both kept, in conflict.
+            case .server?: (.takeServer, FieldDecision.Outcome.conflictServer.rawValue)
+            case .local?: (.rebase, FieldDecision.Outcome.conflictLocal.rawValue)
+            case .deferred?: (.conflict, FieldDecision.Outcome.conflictDeferred.rawValue)
+            case .merged?, nil: nil
+            }
         }
     }
 
@@ -184,18 +238,19 @@ enum MergeRules {
                 continue
             }
             let b = field.original
-            if l == b {
-                if s != b {
-                    state.fields[f] = .clean(s)
-                    out.decisions.append(FieldDecision(field: f, base: b, local: l, server: s, outcome: .takeServer))
-                }
-            } else if s == b {
+            switch Self.field(localChanged: l != b, serverChanged: s != b, serverIsLocal: s == l) {
+            case .unchanged:
+                break
+            case .takeServer:
+                state.fields[f] = .clean(s)
+                out.decisions.append(FieldDecision(field: f, base: b, local: l, server: s, outcome: .takeServer))
+            case .keepLocal:
                 // The server did not change the field: it stays as it is, in conflict if it was.
                 out.decisions.append(FieldDecision(field: f, base: b, local: l, server: s, outcome: .keepLocal))
-            } else if s == l {
+            case .settled:
                 state.fields[f] = .clean(s)
                 out.decisions.append(FieldDecision(field: f, base: b, local: l, server: s, outcome: .settled))
-            } else {
+            case .conflict:
                 conflicting.append(f)
             }
         }
