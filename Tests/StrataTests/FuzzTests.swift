@@ -78,7 +78,7 @@ import Testing
                             var out = ByteWriter()
                             _ = try withBytes(badOp) { (o) throws(StrataError) in
                                 let h = try OperationHeader(o)
-                                return try withBytes(record) { (r) throws(StrataError) in try RowFold.apply(old: r, op: o, header: h, lsn: lsn, into: &out) }
+                                return try withBytes(record) { (r) throws(StrataError) in try RowFold.apply(old: try StoredRow(r), op: o, header: h, lsn: lsn, into: &out) }
                             }
                         }
                         decoded += 1

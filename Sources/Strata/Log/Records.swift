@@ -154,6 +154,40 @@ struct RowHeader {
     }
 }
 
+/// A stored row state with its header parsed: what the write path, the folds and the edit rules
+/// pass along instead of bare bytes, so that an edit parses a row's header once, not at every
+/// step. The bytes are lent (by LMDB or the overlay) and live as long as their source.
+struct StoredRow {
+    let bytes: UnsafeRawBufferPointer
+    let header: RowHeader
+
+    init(_ bytes: UnsafeRawBufferPointer) throws(StrataError) {
+        self.bytes = bytes
+        header = try RowHeader(bytes)
+    }
+
+    var flags: RowFlags { header.flags }
+
+    /// A reader at the first field entry.
+    var entries: ByteReader { ByteReader(bytes, offset: header.entriesStart) }
+
+    /// The bytes in `range` (an entry, or one of its values).
+    @inline(__always)
+    subscript(range: Range<Int>) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[range]) }
+
+    /// Whether the row is pending: inserted, deleted or conflicted, or with a dirty field.
+    var isPending: Bool {
+        get throws(StrataError) {
+            if !flags.intersection([.inserted, .deleted, .conflicted]).isEmpty { return true }
+            var r = entries
+            while let e = try r.nextEntry() {
+                if e.isDirty { return true }
+            }
+            return false
+        }
+    }
+}
+
 /// The header of an operation record.
 struct OperationHeader {
     var format: UInt8
@@ -219,7 +253,7 @@ enum RowFold {
     ///
     /// - Complexity: O(number of fields of the row and of the operation).
     static func apply(
-        old: UnsafeRawBufferPointer?, op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64,
+        old: StoredRow?, op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64,
         into out: inout ByteWriter
     ) throws(StrataError) -> Bool? {
         out.reset()
@@ -229,12 +263,7 @@ enum RowFold {
 
         var dirty = 0
         var a = ByteReader(op, offset: header.entriesStart)
-        var b: ByteReader
-        if let old {
-            b = ByteReader(old, offset: try RowHeader(old).entriesStart)
-        } else {
-            b = ByteReader(UnsafeRawBufferPointer(start: nil, count: 0))
-        }
+        var b = old?.entries ?? ByteReader(UnsafeRawBufferPointer(start: nil, count: 0))
         var x = try a.nextEntry()
         var y = try b.nextEntry()
         var lastID = -1
@@ -252,7 +281,7 @@ enum RowFold {
                 }
                 x = try a.nextEntry()
             } else if let f = y {
-                out.append(UnsafeRawBufferPointer(rebasing: old![f.whole]))
+                out.append(old![f.whole])
                 if f.isDirty { dirty += 1 }
                 y = try b.nextEntry()
             }
@@ -265,28 +294,17 @@ enum RowFold {
     /// the row state after the last one (`nil` when the row is gone) and whether it is pending.
     static func fold(from base: [UInt8]? = nil, _ chain: [(lsn: UInt64, record: [UInt8])]) throws(StrataError) -> (state: [UInt8]?, pending: Bool) {
         var state = base
-        var pending = try base.map { (b) throws(StrataError) in try withBytes(b) { (r) throws(StrataError) in try isPending(r) } } ?? false
+        var pending = try base.map { (b) throws(StrataError) in try withBytes(b) { (r) throws(StrataError) in try StoredRow(r).isPending } } ?? false
         var out = ByteWriter(capacity: 256)
         for (lsn, op) in chain {
             let result = try withBytes(op) { (o) throws(StrataError) -> Bool? in
                 let header = try OperationHeader(o)
                 guard let s = state else { return try apply(old: nil, op: o, header: header, lsn: lsn, into: &out) }
-                return try withBytes(s) { (old) throws(StrataError) in try apply(old: old, op: o, header: header, lsn: lsn, into: &out) }
+                return try withBytes(s) { (old) throws(StrataError) in try apply(old: try StoredRow(old), op: o, header: header, lsn: lsn, into: &out) }
             }
             state = result == nil ? nil : out.bytes
             pending = result == true
         }
         return (state, pending)
-    }
-
-    /// Whether a stored row state is pending.
-    static func isPending(_ row: UnsafeRawBufferPointer) throws(StrataError) -> Bool {
-        let h = try RowHeader(row)
-        if !h.flags.intersection([.inserted, .deleted, .conflicted]).isEmpty { return true }
-        var r = ByteReader(row, offset: h.entriesStart)
-        while let e = try r.nextEntry() {
-            if e.isDirty { return true }
-        }
-        return false
     }
 }

@@ -200,7 +200,7 @@ extension Store {
                     let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.base).map { Array($0) } }
                     // The base snapshot keeps row states only: no `gone` or `pending` entries.
                     let result = try withBytes(old ?? []) { (o) throws(StrataError) -> Bool? in
-                        try FoldStep.fold(old: old == nil ? nil : o, wasPending: false, op: op, header: header, lsn: lsn, into: &state).isPending
+                        try FoldStep.fold(old: old == nil ? nil : try StoredRow(o), wasPending: false, op: op, header: header, lsn: lsn, into: &state).isPending
                     }
                     try lmdb { () throws(LMDBError) in
                         if result == nil {

@@ -112,7 +112,8 @@ final class FoldPartition: @unchecked Sendable {
 
     /// Takes a row state of the base snapshot as slot `s`'s starting point.
     func base(_ s: Int, state: UnsafeRawBufferPointer) throws(StrataError) {
-        let pending = try RowFold.isPending(state) ? try RowHeader(state).lastLSN : 0
+        let row = try StoredRow(state)
+        let pending = try row.isPending ? row.header.lastLSN : 0
         replaceState(s, with: state)
         slots[s].pendingSince = pending
     }
@@ -123,7 +124,7 @@ final class FoldPartition: @unchecked Sendable {
         let hadRow = !slots[s].state.isEmpty
         let wasPending = slots[s].pendingSince != 0
         let step = try withBytes(slots[s].state) { (old) throws(StrataError) in
-            try FoldStep.fold(old: hadRow ? old : nil, wasPending: wasPending, op: op, header: header, lsn: lsn, into: &scratch)
+            try FoldStep.fold(old: hadRow ? try StoredRow(old) : nil, wasPending: wasPending, op: op, header: header, lsn: lsn, into: &scratch)
         }
         if step.isPending == nil {
             replaceState(s, with: UnsafeRawBufferPointer(start: nil, count: 0))

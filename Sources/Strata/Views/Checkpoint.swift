@@ -83,7 +83,7 @@ extension Store {
                 var tr = ByteReader(target)
                 let tableID = try tr.bigEndian32()
                 if table?.id != tableID { table = try catalog.table(id: tableID) }
-                let old = try lmdb { () throws(LMDBError) in try writer.get(target, in: views.rows) }
+                let old = try lmdb { () throws(LMDBError) in try writer.get(target, in: views.rows) }.map { (b) throws(StrataError) in try StoredRow(b) }
                 // The log passed every unique check when it was written.
                 try views.apply(operation: entry.value, header: header, lsn: lsn, old: old, table: table!, in: writer, scratch: &scratch, checkingUniqueness: false)
                 expected += 1

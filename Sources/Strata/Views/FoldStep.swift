@@ -24,11 +24,11 @@ struct FoldStep {
     /// - Throws: ``StrataError/Code-swift.struct/corruptRecord`` when the operation does not
     ///   follow the row's last one (a broken chain), or its record is damaged.
     static func fold(
-        old: UnsafeRawBufferPointer?, wasPending: Bool, op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64,
+        old: StoredRow?, wasPending: Bool, op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64,
         into scratch: inout ByteWriter
     ) throws(StrataError) -> FoldStep {
         if let old {
-            let last = try RowHeader(old).lastLSN
+            let last = old.header.lastLSN
             guard header.prevLSN == last else {
                 throw StrataError(.corruptRecord, "operation \(lsn) follows LSN \(header.prevLSN), but its row was last changed at LSN \(last)")
             }

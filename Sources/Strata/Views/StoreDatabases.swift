@@ -68,18 +68,18 @@ struct StoreDatabases: Sendable {
     ///
     /// - Complexity: O(log n) per database touched, plus the size of the row.
     func apply(
-        operation op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64, old: UnsafeRawBufferPointer?,
+        operation op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64, old: StoredRow?,
         table: TableInfo, in txn: ViewWriter, scratch: inout ByteWriter, checkingUniqueness: Bool = true
     ) throws(StrataError) {
-        let wasPending = try old.map { (o) throws(StrataError) in try RowFold.isPending(o) } ?? false
+        let wasPending = try old?.isPending ?? false
         let step = try FoldStep.fold(old: old, wasPending: wasPending, op: op, header: header, lsn: lsn, into: &scratch)
         let target = UnsafeRawBufferPointer(rebasing: op[header.target])
         // Before any row is written: a unique index may still refuse the change.
         if !table.indexes.isEmpty || !table.views.isEmpty {
             let newRow = step.isPending == nil ? nil : scratch.bytes
             try withBytes(newRow ?? []) { (n) throws(StrataError) in
-                try updateIndexes(table, target: target, old: old, new: newRow == nil ? nil : n, in: txn, checkingUniqueness: checkingUniqueness)
-                try updateViews(table, target: target, old: old, new: newRow == nil ? nil : n, in: txn)
+                try updateIndexes(table, target: target, old: old?.bytes, new: newRow == nil ? nil : n, in: txn, checkingUniqueness: checkingUniqueness)
+                try updateViews(table, target: target, old: old?.bytes, new: newRow == nil ? nil : n, in: txn)
             }
         }
         try lmdb { () throws(LMDBError) in

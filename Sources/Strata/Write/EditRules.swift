@@ -56,8 +56,8 @@ enum EditRules {
     static func isNull(_ v: UnsafeRawBufferPointer) -> Bool { v.count == 1 && v[0] == ValueTag.null }
 
     /// Insert of a key with no row (`old == nil`) or with a locally deleted row.
-    static func insert(old: UnsafeRawBufferPointer?, values: UnsafeRawBufferPointer, new: [NewValue], into op: inout ByteWriter) throws(StrataError) -> RowFlags {
-        guard let old else {
+    static func insert(old stored: StoredRow?, values: UnsafeRawBufferPointer, new: [NewValue], into op: inout ByteWriter) throws(StrataError) -> RowFlags {
+        guard let stored else {
             for n in new {
                 let v = UnsafeRawBufferPointer(rebasing: values[n.range])
                 if !isNull(v) { op.appendCleanEntry(n.id, v) }
@@ -65,7 +65,8 @@ enum EditRules {
             return [.inserted]
         }
         // Revival of a locally deleted row: the tombstone holds the server's values.
-        let h = try RowHeader(old)
+        let old = stored.bytes
+        let h = stored.header
         var r = ByteReader(old, offset: h.entriesStart)
         var e = try r.nextEntry()
         var i = 0
@@ -108,8 +109,9 @@ enum EditRules {
     }
 
     /// Update of the given fields of a live row.
-    static func update(old: UnsafeRawBufferPointer, values: UnsafeRawBufferPointer, new: [NewValue], into op: inout ByteWriter) throws(StrataError) -> RowFlags {
-        let h = try RowHeader(old)
+    static func update(old stored: StoredRow, values: UnsafeRawBufferPointer, new: [NewValue], into op: inout ByteWriter) throws(StrataError) -> RowFlags {
+        let old = stored.bytes
+        let h = stored.header
         let inserted = h.flags.contains(.inserted)
         var r = ByteReader(old, offset: h.entriesStart)
         var e = try r.nextEntry()
@@ -137,16 +139,18 @@ enum EditRules {
     }
 
     /// Delete of a live row.
-    static func delete(old: UnsafeRawBufferPointer, into op: inout ByteWriter) throws(StrataError) -> RowFlags {
-        let h = try RowHeader(old)
+    static func delete(old stored: StoredRow, into op: inout ByteWriter) throws(StrataError) -> RowFlags {
+        let old = stored.bytes
+        let h = stored.header
         if h.flags.contains(.inserted) { return [.gone] }
         try revertDirtyFields(old, from: h.entriesStart, into: &op)
         return h.flags.union(.deleted)
     }
 
     /// Revert of one field of a row the server knows.
-    static func revertField(old: UnsafeRawBufferPointer, field: Int, into op: inout ByteWriter) throws(StrataError) -> RowFlags {
-        let h = try RowHeader(old)
+    static func revertField(old stored: StoredRow, field: Int, into op: inout ByteWriter) throws(StrataError) -> RowFlags {
+        let old = stored.bytes
+        let h = stored.header
         var r = ByteReader(old, offset: h.entriesStart)
         while let x = try r.nextEntry(), x.id <= field {
             if x.id == field && x.isDirty {
@@ -158,8 +162,9 @@ enum EditRules {
     }
 
     /// Revert of a whole row to the server's values.
-    static func revertRow(old: UnsafeRawBufferPointer, into op: inout ByteWriter) throws(StrataError) -> RowFlags {
-        let h = try RowHeader(old)
+    static func revertRow(old stored: StoredRow, into op: inout ByteWriter) throws(StrataError) -> RowFlags {
+        let old = stored.bytes
+        let h = stored.header
         if h.flags.contains(.inserted) { return [.gone] }
         try revertDirtyFields(old, from: h.entriesStart, into: &op, keepingConflicts: false)
         return h.flags.subtracting([.deleted, .conflicted])
@@ -167,8 +172,9 @@ enum EditRules {
 
     /// The server accepted the row as it is now: current values become the originals, a local
     /// insert becomes a server row, a local delete removes the row. A conflict flag stays.
-    static func acknowledge(old: UnsafeRawBufferPointer, into op: inout ByteWriter) throws(StrataError) -> RowFlags {
-        let h = try RowHeader(old)
+    static func acknowledge(old stored: StoredRow, into op: inout ByteWriter) throws(StrataError) -> RowFlags {
+        let old = stored.bytes
+        let h = stored.header
         if h.flags.contains(.deleted) { return [.gone] }
         var r = ByteReader(old, offset: h.entriesStart)
         while let x = try r.nextEntry() {

@@ -135,7 +135,7 @@ public final class Transaction {
         try encodeKey(key, t)
         let tableChanged = try encodeValues(fields, &t, key: key, defaults: true)
         let old = try storedRow()
-        if let old, !(try RowHeader(old).flags.contains(.deleted)) {
+        if let old, !old.flags.contains(.deleted) {
             throw StrataError(.duplicateKey, "table '\(table)' already has a row with key \(key)")
         }
         try logEdit(.insert, t, tableChanged: tableChanged, old: old) { (op) throws(StrataError) in
@@ -167,7 +167,7 @@ public final class Transaction {
         let t = try catalog.table(named: table)
         let key = try keyFromFields(fields, t)
         try encodeKey(key, t)
-        if let old = try storedRow(), !(try RowHeader(old).flags.contains(.deleted)) {
+        if let old = try storedRow(), !old.flags.contains(.deleted) {
             try update(table, key: key, fields)
         } else {
             try insert(table, fields)
@@ -200,7 +200,7 @@ public final class Transaction {
             throw StrataError(.invalidOperation, "'\(field)' is a primary key field of table '\(table)'; key fields cannot be reverted")
         }
         guard let old = try storedRow() else { throw notFound(t, key) }
-        let flags = try RowHeader(old).flags
+        let flags = old.flags
         if flags.contains(.deleted) {
             throw StrataError(.invalidOperation, "row \(key) of table '\(table)' is deleted locally; revert the row to undo the delete")
         }
@@ -345,8 +345,9 @@ public final class Transaction {
     ) throws -> ServerMergeResult {
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
-        guard let old = try storedRow() else { return .needsMerge }
-        let h = try RowHeader(old)
+        guard let stored = try storedRow() else { return .needsMerge }
+        let old = stored.bytes
+        let h = stored.header
         guard h.flags.isEmpty else { return .needsMerge }
         // A row with pending fields admits a null for a required field (it may stay an
         // original); whether the field ends up null is checked below, after the decisions.
@@ -434,7 +435,7 @@ public final class Transaction {
         }
         guard changed else { return .merged(decisions, logged: false) }
         let audit = try annotation(decisions)
-        try logEdit(kind, t, origin: .server, annotation: audit, old: old) { (op) throws(StrataError) in
+        try logEdit(kind, t, origin: .server, annotation: audit, old: stored) { (op) throws(StrataError) in
             var flags: RowFlags = []
             valBuf.withUnsafeBytes { v in
                 for d in decided {
@@ -476,7 +477,7 @@ public final class Transaction {
     /// Logs nothing when the operation would change nothing.
     private func logEdit(
         _ kind: LogEntry.Kind, _ t: TableInfo, tableChanged: Bool = false, origin: LogEntry.Origin = .local,
-        annotation: [UInt8] = [], old: UnsafeRawBufferPointer?,
+        annotation: [UInt8] = [], old: StoredRow?,
         _ rules: (inout ByteWriter) throws(StrataError) -> RowFlags
     ) throws(StrataError) {
         if txnID == 0 { txnID = (try txn.metaUInt64(MetaKey.lastTxn, in: views) ?? 0) + 1 }
@@ -499,7 +500,7 @@ public final class Transaction {
         opBuf.append(annotation)
         let entriesStart = opBuf.count
         let flags = try rules(&opBuf)
-        let oldFlags = try old.map { (o) throws(StrataError) in try RowHeader(o).flags }
+        let oldFlags = old?.flags
         if opBuf.count == entriesStart && flags == oldFlags && annotation.isEmpty { return }
         opBuf.bytes[flagsAt] = flags.rawValue
         RecordChecksum.seal(&opBuf)
@@ -542,7 +543,7 @@ public final class Transaction {
             if flags.contains(.gone) { return flags }
             var oldEntries: [(id: Int, whole: Range<Int>)] = []
             if let old {
-                var r = ByteReader(old, offset: try RowHeader(old).entriesStart)
+                var r = old.entries
                 while let e = try r.nextEntry() { oldEntries.append((e.id, e.whole)) }
             }
             var i = 0
@@ -558,7 +559,7 @@ public final class Transaction {
                     op.append(wanted[j].entry)
                     j += 1
                 } else {
-                    let same = withBytes(wanted[j].entry) { EditRules.same($0, UnsafeRawBufferPointer(rebasing: old![oldEntries[i].whole])) }
+                    let same = withBytes(wanted[j].entry) { EditRules.same($0, old![oldEntries[i].whole]) }
                     if !same { op.append(wanted[j].entry) }
                     i += 1
                     j += 1
@@ -570,8 +571,8 @@ public final class Transaction {
 
     /// The LSN the new operation on the row at `keyBuf` follows: the row's last one, or, for a
     /// key with no row, the operation that removed an earlier row with that key (0 if none).
-    private func previousLSN(_ old: UnsafeRawBufferPointer?) throws(StrataError) -> UInt64 {
-        if let old { return try RowHeader(old).lastLSN }
+    private func previousLSN(_ old: StoredRow?) throws(StrataError) -> UInt64 {
+        if let old { return old.header.lastLSN }
         return try txn.reader.goneLSN(keyBuf.bytes, views: views)
     }
 
@@ -640,9 +641,10 @@ public final class Transaction {
     // MARK: Input validation and encoding
 
     /// The stored row state at `keyBuf` (live or deleted), lent by LMDB until the next write.
-    private func storedRow() throws(StrataError) -> UnsafeRawBufferPointer? {
+    private func storedRow() throws(StrataError) -> StoredRow? {
         let txn = try self.txn
-        return try lmdb { () throws(LMDBError) in try keyBuf.withUnsafeBytes { (k) throws(LMDBError) in try txn.get(k, in: views.rows) } }
+        let bytes = try lmdb { () throws(LMDBError) in try keyBuf.withUnsafeBytes { (k) throws(LMDBError) in try txn.get(k, in: views.rows) } }
+        return try bytes.map { (b) throws(StrataError) in try StoredRow(b) }
     }
 
     private func notFound(_ t: TableInfo, _ key: RowKey) -> StrataError {
@@ -650,9 +652,9 @@ public final class Transaction {
     }
 
     /// The live (not locally deleted) row at `keyBuf`.
-    private func liveRow(_ t: TableInfo, _ key: RowKey) throws(StrataError) -> UnsafeRawBufferPointer {
+    private func liveRow(_ t: TableInfo, _ key: RowKey) throws(StrataError) -> StoredRow {
         guard let old = try storedRow() else { throw notFound(t, key) }
-        if try RowHeader(old).flags.contains(.deleted) {
+        if old.flags.contains(.deleted) {
             throw StrataError(.rowNotFound, "row \(key) of table '\(t.name)' is deleted locally")
         }
         return old
