@@ -8,8 +8,10 @@ import StrataWorkload
 /// commit); the SQLite peer is a plain table in WAL mode with `synchronous=FULL`, one connection
 /// per thread, waiting on the write lock with a busy timeout. Each returns edits per second.
 public enum ConcurrentWriters {
-    public static func strata(folder: String, threads: Int, total: Int, rows: Int = 1_000) throws -> Double {
-        let store = try Store(path: folder)
+    public static func strata(folder: String, threads: Int, total: Int, rows: Int = 1_000, durability: Durability = .full) throws -> Double {
+        var options = StoreOptions()
+        options.durability = durability
+        let store = try Store(path: folder, options: options)
         defer { store.close() }
         try store.createTable(.fixed("t", fields: [.int("id"), .int("v")]))
         try store.write { tx in for i in 0..<rows { try tx.insert("t", ["id": .int(Int64(i)), "v": 0]) } }

@@ -12,6 +12,7 @@ import StrataWorkload
 //   swift run -c release profile concurrent /tmp/folder [--edits 4000] [--threads 8]
 //   swift run -c release profile merge /tmp/new-folder
 //   swift run -c release profile single|single-nosync /tmp/store --edits 5000   # B = 1 edits on a store built with --edits 0
+//   (single and concurrent take --durability noMetaSync: one sync per commit instead of two)
 //   swift run -c release profile scale /tmp/folder [--lengths 100000,1000000,10000000] [--peers]
 //       rebuild (verify) time and heap against log length, as CSV for plot-scale.py; with
 //       --peers, also the SQLite trigger and session peers' replay (rebuildAndCheck) of the same
@@ -24,6 +25,9 @@ guard arguments.count >= 2 else {
 }
 let (phase, folder) = (arguments[0], arguments[1])
 let edits = arguments.firstIndex(of: "--edits").flatMap { Int(arguments[$0 + 1]) } ?? 1_000_000
+/// `--durability full|noMetaSync` for `single` and `concurrent` (default full): what one sync per
+/// commit instead of two would give.
+let durability: Durability = arguments.firstIndex(of: "--durability").map { arguments[$0 + 1] == "noMetaSync" ? .noMetaSync : .full } ?? .full
 
 /// The reference workload's preload and `edits` edits at B = 1000, without fsync (the state on
 /// disk is what counts here, not how fast it got there).
@@ -120,7 +124,7 @@ case "merge":
     print("merge alone", ContinuousClock.now - t0)
 case "single", "single-nosync":
     // compare's B = 1 phase: one edit per transaction, durable ("single") or not.
-    let peer = try StrataPeer(folder: folder, durability: phase == "single" ? .full : .noSync)
+    let peer = try StrataPeer(folder: folder, durability: phase == "single" ? durability : .noSync)
     peer.prepare(ReferenceWorkload(seed: 42, preloadRows: 100_000, edits: edits))
     let t0 = ContinuousClock.now
     for i in 0..<edits { try peer.applyEdits(i..<i + 1) }
@@ -151,7 +155,7 @@ case "concurrent":
     let total = arguments.firstIndex(of: "--edits").flatMap { Int(arguments[$0 + 1]) } ?? 4_000
     let threads = arguments.firstIndex(of: "--threads").flatMap { Int(arguments[$0 + 1]) } ?? 8
     try? FileManager.default.removeItem(atPath: folder)
-    let strata = try ConcurrentWriters.strata(folder: folder + "/strata", threads: threads, total: total)
+    let strata = try ConcurrentWriters.strata(folder: folder + "/strata", threads: threads, total: total, durability: durability)
     let sqlite = try ConcurrentWriters.sqlite(folder: folder + "/sqlite", threads: threads, total: total)
     try? FileManager.default.removeItem(atPath: folder)
     print(String(format: "%d writers, %d edits: Strata %.0f/s, SQLite plain %.0f/s, ratio %.2f×", threads, total, strata, sqlite, strata / sqlite))
