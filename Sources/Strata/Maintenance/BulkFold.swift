@@ -298,6 +298,9 @@ struct BulkFold {
         let append = !targetMayHoldRows
         let slot = p.slots[s]
         let table = try self.table(slot.tableID)
+        // Locals, not `self`: a closure that used `self` copied the whole fold (retaining and
+        // releasing everything in it) once per row written.
+        let (views, txn, writer) = (self.views, self.txn, self.writer)
         try p.withKey(s) { (k) throws(StrataError) in
             // The state the target held before this flush, for the index and view entries.
             var hadOld = false
@@ -328,14 +331,14 @@ struct BulkFold {
                 } else if !append {
                     try txn.delete(k, in: views.rows)
                 }
-                try put(slot.gone, k, in: views.gone, flags: flags)
-                try put(slot.pendingSince, k, in: views.pending, flags: flags)
+                try Self.put(slot.gone, k, in: views.gone, flags: flags, txn)
+                try Self.put(slot.pendingSince, k, in: views.pending, flags: flags, txn)
             }
         }
     }
 
     /// Puts an LSN entry, or deletes the key's entry when `lsn` is 0.
-    private func put(_ lsn: UInt64, _ key: UnsafeRawBufferPointer, in db: Database, flags: PutFlags) throws(LMDBError) {
+    private static func put(_ lsn: UInt64, _ key: UnsafeRawBufferPointer, in db: Database, flags: PutFlags, _ txn: LMDB.WriteTransaction) throws(LMDBError) {
         if lsn != 0 {
             var v = lsn.bigEndian
             try Swift.withUnsafeBytes(of: &v) { (b) throws(LMDBError) in try txn.put(key, b, in: db, flags: flags) }
