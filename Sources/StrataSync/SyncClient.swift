@@ -178,31 +178,54 @@ public final class SyncClient: Sendable {
     /// looking at it: the caller merges it field by field.
     private func mergeOnRecord(_ row: ServerRow, table: String, key: RowKey, anchor: String, policy: ConflictPolicy, tx: Transaction, report: inout MergeReport) throws -> Bool {
         let resolution = MergeRules.fixedResolution(policy)
+        var order: [Int] = []
         var conflict: MergeReport.ConflictRecord? = nil
-        var decisions: [FieldDecision] = []
         func decide(_ fields: [Transaction.ServerFieldDecision]) {
             // The audit's order, as the field-by-field merge records it: the fields decided by
             // the rules by name, then the conflicting ones by name.
-            let all = fields.map { FieldDecision(field: $0.field, base: $0.base, local: $0.local, server: $0.server, outcome: FieldDecision.Outcome(rawValue: $0.tag)!) }
-            let conflicting = all.filter(\.outcome.isConflict).sorted { $0.field < $1.field }
-            decisions = all.filter { !$0.outcome.isConflict }.sorted { $0.field < $1.field } + conflicting
-            if let resolution, !conflicting.isEmpty {
-                conflict = MergeReport.ConflictRecord(table: table, key: key, kind: .fields, fields: conflicting.map(\.field), resolution: resolution.kind, policy: policy.kind)
+            let outcomes = fields.map { FieldDecision.Outcome(rawValue: $0.tag)! }
+            func before(_ a: Int, _ b: Int) -> Bool {
+                outcomes[a].isConflict != outcomes[b].isConflict ? !outcomes[a].isConflict : fields[a].field < fields[b].field
             }
+            // An insertion sort: a row's decisions are a handful, most often one.
+            order = Array(fields.indices)
+            for i in order.indices.dropFirst() {
+                var j = i
+                while j > 0 && before(order[j], order[j - 1]) {
+                    order.swapAt(j, j - 1)
+                    j -= 1
+                }
+            }
+            let conflicting = order.filter { outcomes[$0].isConflict }.map { fields[$0].field }
+            if let resolution, !conflicting.isEmpty {
+                conflict = MergeReport.ConflictRecord(table: table, key: key, kind: .fields, fields: conflicting, resolution: resolution.kind, policy: policy.kind)
+            }
+            report.record(order.map { outcomes[$0] }, conflict: conflict)
         }
         let result = try tx.mergeServerValues(table, key: key, row.fields, kind: .serverChange) {
             MergeRules.onRecord($0, resolution: resolution)
-        } annotation: { fields in
-            decide(fields)
-            return MergeAudit(
+        } annotation: { values in
+            decide(values.decisions)
+            // Written from the record's bytes: the values are never decoded.
+            return MergeAudit.encode(
                 anchor: anchor, serverVersion: row.version, conflict: conflict?.kind, resolution: conflict?.resolution,
-                policy: conflict?.policy, decisions: decisions
-            ).encoded
+                policy: conflict?.policy, decisions: order.count
+            ) { n, b in
+                let i = order[n]
+                let d = values.decisions[i]
+                MergeAudit.appendField(d.field, outcome: d.tag, to: &b)
+                b.append(1)  // a base: only a local insert has none, and it never comes here
+                b.append(contentsOf: values.base(i))
+                b.append(contentsOf: values.local(i))
+                b.append(contentsOf: values.server(i))
+            }
         }
         guard case .merged(let fields, let logged) = result else { return false }
-        if !logged { decide(fields) }
-        report.record(decisions, conflict: conflict)
-        if logged { report.rowsApplied += 1 }
+        if logged {
+            report.rowsApplied += 1
+        } else {
+            decide(fields)
+        }
         return true
     }
 

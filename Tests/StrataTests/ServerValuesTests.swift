@@ -27,23 +27,42 @@ import Testing
     /// Take what the server changed, record it with tag 1.
     static func takeChanges(_ sides: Transaction.ServerFieldSides) -> Decision? { sides.serverChanged ? (.takeServer, 1) : (.keep, 0) }
 
+    /// A recorded decision with its values decoded.
+    struct Seen: Equatable {
+        var field: String
+        var base: Value
+        var local: Value
+        var server: Value
+        var action: Transaction.ServerFieldAction
+        var tag: UInt8
+        var decision: Transaction.ServerFieldDecision { Transaction.ServerFieldDecision(field: field, action: action, tag: tag) }
+    }
+
+    static func seen(_ values: Transaction.ServerFieldValues) throws -> [Seen] {
+        try values.decisions.indices.map { i in
+            let (b, l, s) = try values.decoded(i)
+            let d = values.decisions[i]
+            return Seen(field: d.field, base: b, local: l, server: s, action: d.action, tag: d.tag)
+        }
+    }
+
     @Test func aCleanRowTakesTheValuesCleanInOneServerOperation() throws {
         try seeded { store in
             let before = try store.read { try $0.lastLSN }
-            var seen: [Transaction.ServerFieldDecision] = []
+            var seen: [Seen] = []
             let result = try store.write { tx in
                 try tx.mergeServerValues("tasks", key: 1, ["id": 1, "title": "t", "priority": 5, "updated": 2, "notes": .null], kind: .serverChange, decide: Self.takeChanges) {
-                    seen = $0
+                    seen = try Self.seen($0)
                     return [42]
                 }
             }
             // Field order; the int given for a double field is stored as a double.
             let expected = [
-                Transaction.ServerFieldDecision(field: "priority", base: 0, local: 0, server: 5, action: .takeServer, tag: 1),
-                Transaction.ServerFieldDecision(field: "notes", base: "n", local: "n", server: .null, action: .takeServer, tag: 1),
-                Transaction.ServerFieldDecision(field: "updated", base: .null, local: .null, server: 2.0, action: .takeServer, tag: 1),
+                Seen(field: "priority", base: 0, local: 0, server: 5, action: .takeServer, tag: 1),
+                Seen(field: "notes", base: "n", local: "n", server: .null, action: .takeServer, tag: 1),
+                Seen(field: "updated", base: .null, local: .null, server: 2.0, action: .takeServer, tag: 1),
             ]
-            #expect(result == .merged(expected, logged: true))
+            #expect(result == .merged(expected.map(\.decision), logged: true))
             #expect(seen == expected)
             let row = try #require(try store.read { try $0.row("tasks", key: 1) })
             #expect(row.status == .unchanged && row.changedFields.isEmpty)
@@ -67,11 +86,15 @@ import Testing
         for c in cases {
             try seeded { store in
                 var sides: [Transaction.ServerFieldSides] = []
+                var seen: [Seen] = []
                 let result = try store.write { tx in
                     try tx.mergeServerValues("tasks", key: 2, ["title": "s", "priority": 0], kind: .serverChange) { s in
                         sides.append(s)
                         return (c.0, 7)
-                    } annotation: { _ in [1] }
+                    } annotation: {
+                        seen = try Self.seen($0)
+                        return [1]
+                    }
                 }
                 // Field order: title, then priority (unchanged on both sides).
                 #expect(sides == [
@@ -83,8 +106,10 @@ import Testing
                     return
                 }
                 #expect(decisions.map(\.field) == ["title", "priority"], "\(c.0)")
-                #expect(decisions.first == Transaction.ServerFieldDecision(field: "title", base: "t", local: "local", server: "s", action: c.0, tag: 7))
+                #expect(decisions.first == Transaction.ServerFieldDecision(field: "title", action: c.0, tag: 7))
                 #expect(logged == (c.0 != .keep), "\(c.0)")
+                // The annotation sees the values before the merge, only when something changed.
+                #expect(seen.first == (logged ? Seen(field: "title", base: "t", local: "local", server: "s", action: c.0, tag: 7) : nil), "\(c.0)")
                 let row = try #require(try store.read { try $0.row("tasks", key: 2) })
                 #expect(row.original("title") == c.original && row["title"] == c.current, "\(c.0)")
                 #expect(row.status == c.status && row.isConflicted == c.conflicted, "\(c.0)")

@@ -294,19 +294,40 @@ public final class Transaction {
         package let serverIsLocal: Bool
     }
 
-    /// One field the caller's decision asked to record: the values before the merge, the
-    /// server's value, and the caller's tag.
+    /// One field the caller's decision asked to record, with the caller's tag.
     package struct ServerFieldDecision: Sendable, Hashable {
         package let field: String
-        /// The original (server-confirmed) value before the merge.
-        package let base: Value
-        /// The current value before the merge.
-        package let local: Value
-        /// The value the server sent, as the store holds it (an int for a double field converted).
-        package let server: Value
+        /// What was done (`keep` when the decided action changed nothing).
         package let action: ServerFieldAction
         /// The caller's own code for the decision (never 0).
         package let tag: UInt8
+    }
+
+    /// The recorded decisions of a merge on a stored record with their values, in the store's
+    /// value encoding (as the record holds them): what the `annotation` of
+    /// ``mergeServerValues(_:key:_:kind:decide:annotation:)`` reads. The bytes are lent: valid
+    /// only during that call.
+    package struct ServerFieldValues {
+        package let decisions: [ServerFieldDecision]
+        fileprivate let record: UnsafeRawBufferPointer
+        fileprivate let values: UnsafeRawBufferPointer
+        fileprivate let ranges: [(base: Range<Int>?, local: Range<Int>?, server: Range<Int>)]
+
+        /// The original (server-confirmed) value of decision `i` before the merge.
+        package func base(_ i: Int) -> UnsafeRawBufferPointer { ranges[i].base.map { UnsafeRawBufferPointer(rebasing: record[$0]) } ?? EditRules.null }
+        /// The current value of decision `i` before the merge.
+        package func local(_ i: Int) -> UnsafeRawBufferPointer { ranges[i].local.map { UnsafeRawBufferPointer(rebasing: record[$0]) } ?? EditRules.null }
+        /// The value the server sent for decision `i`, as the store holds it (an int for a
+        /// double field converted).
+        package func server(_ i: Int) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: values[ranges[i].server]) }
+
+        /// Decision `i`'s three values, decoded.
+        package func decoded(_ i: Int) throws(StrataError) -> (base: Value, local: Value, server: Value) {
+            var b = ByteReader(base(i))
+            var l = ByteReader(local(i))
+            var s = ByteReader(server(i))
+            return (try b.value(), try l.value(), try s.value())
+        }
     }
 
     /// What ``mergeServerValues(_:key:_:kind:decide:annotation:)`` did.
@@ -341,7 +362,7 @@ public final class Transaction {
     package func mergeServerValues(
         _ table: String, key: RowKey, _ values: [String: Value], kind: LogEntry.Kind,
         decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
-        annotation: ([ServerFieldDecision]) throws -> [UInt8]
+        annotation: (ServerFieldValues) throws -> [UInt8]
     ) throws -> ServerMergeResult {
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
@@ -425,16 +446,12 @@ public final class Transaction {
             guard let def, !def.isNullable, !t.isKeyField(fid), !t.dropped.contains(fid) else { continue }
             if !valued[fid] { return .needsMerge }
         }
-        let decisions = try valBuf.withUnsafeBytes { (v) throws(StrataError) in
-            try decided.filter { $0.tag != 0 }.map { (d) throws(StrataError) in
-                var br = ByteReader(d.base.map { UnsafeRawBufferPointer(rebasing: old[$0]) } ?? EditRules.null)
-                var lr = ByteReader(d.local.map { UnsafeRawBufferPointer(rebasing: old[$0]) } ?? EditRules.null)
-                var sr = ByteReader(UnsafeRawBufferPointer(rebasing: v[d.new]))
-                return ServerFieldDecision(field: t.fieldNames[d.id], base: try br.value(), local: try lr.value(), server: try sr.value(), action: d.action, tag: d.tag)
-            }
-        }
+        let recorded = decided.filter { $0.tag != 0 }
+        let decisions = recorded.map { ServerFieldDecision(field: t.fieldNames[$0.id], action: $0.action, tag: $0.tag) }
         guard changed else { return .merged(decisions, logged: false) }
-        let audit = try annotation(decisions)
+        let audit = try valBuf.withUnsafeBytes { v in
+            try annotation(ServerFieldValues(decisions: decisions, record: old, values: v, ranges: recorded.map { ($0.base, $0.local, $0.new) }))
+        }
         try logEdit(kind, t, origin: .server, annotation: audit, old: stored) { (op) throws(StrataError) in
             var flags: RowFlags = []
             valBuf.withUnsafeBytes { v in

@@ -34,9 +34,33 @@ public struct MergeAudit: Sendable, Hashable {
     }
 
     var encoded: [UInt8] {
+        Self.encode(anchor: anchor, serverVersion: serverVersion, conflict: conflict, resolution: resolution, policy: policy, decisions: decisions.count) { i, b in
+            let d = decisions[i]
+            Self.appendField(d.field, outcome: d.outcome.rawValue, to: &b)
+            b.append(d.base == nil ? 0 : 1)
+            if let base = d.base { ValueCoding.append(base, to: &b) }
+            ValueCoding.append(d.local, to: &b)
+            ValueCoding.append(d.server, to: &b)
+        }
+    }
+
+    /// Appends a decision's field name and outcome (the start of a decision's encoding).
+    static func appendField(_ field: String, outcome: UInt8, to b: inout [UInt8]) {
+        ValueCoding.append(.string(field), to: &b)
+        b.append(outcome)
+    }
+
+    /// The record's one encoder. `decision(i, &bytes)` appends decision `i`: its field name,
+    /// outcome, whether it has a base, then the base (if any), local and server values, each in
+    /// the store's value encoding. The merge on stored records appends them from the record's
+    /// bytes without decoding them (`SyncClient.mergeOnRecord`).
+    static func encode(
+        anchor: String, serverVersion: String?, conflict: Conflict.Kind?, resolution: Resolution.Kind?, policy: ConflictPolicy.Kind?,
+        decisions count: Int, _ decision: (Int, inout [UInt8]) -> Void
+    ) -> [UInt8] {
         var b: [UInt8] = []
         // One allocation instead of one per doubling: most audits are a few dozen bytes.
-        b.reserveCapacity(32 + anchor.utf8.count + (serverVersion?.utf8.count ?? 0) + decisions.count * 48)
+        b.reserveCapacity(32 + anchor.utf8.count + (serverVersion?.utf8.count ?? 0) + count * 48)
         b.append(Self.format)
         ValueCoding.append(.string(anchor), to: &b)
         ValueCoding.append(serverVersion.map(Value.string) ?? .null, to: &b)
@@ -44,15 +68,8 @@ public struct MergeAudit: Sendable, Hashable {
         // Stored as their raw strings, as before the enums: existing stores' audits keep reading.
         ValueCoding.append(resolution.map { .string($0.rawValue) } ?? .null, to: &b)
         ValueCoding.append(policy.map { .string($0.rawValue) } ?? .null, to: &b)
-        ValueCoding.appendVarint(UInt64(decisions.count), to: &b)
-        for d in decisions {
-            ValueCoding.append(.string(d.field), to: &b)
-            b.append(d.outcome.rawValue)
-            b.append(d.base == nil ? 0 : 1)
-            if let base = d.base { ValueCoding.append(base, to: &b) }
-            ValueCoding.append(d.local, to: &b)
-            ValueCoding.append(d.server, to: &b)
-        }
+        ValueCoding.appendVarint(UInt64(count), to: &b)
+        for i in 0..<count { decision(i, &b) }
         return b
     }
 

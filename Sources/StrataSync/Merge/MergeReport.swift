@@ -41,14 +41,14 @@ public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
     }
 
     mutating func record(_ outcome: MergeOutcome, table: String, key: RowKey, policy: ConflictPolicy) {
-        record(outcome.decisions, conflict: outcome.conflict.flatMap { c in
+        record(outcome.decisions.map(\.outcome), conflict: outcome.conflict.flatMap { c in
             outcome.resolution.map { ConflictRecord(table: table, key: key, kind: c.kind, fields: c.fields, resolution: $0.kind, policy: policy.kind) }
         })
     }
 
-    mutating func record(_ decisions: [FieldDecision], conflict: ConflictRecord?) {
-        for d in decisions {
-            switch d.outcome {
+    mutating func record(_ outcomes: [FieldDecision.Outcome], conflict: ConflictRecord?) {
+        for outcome in outcomes {
+            switch outcome {
             case .takeServer: fieldsFromServer += 1
             case .keepLocal: fieldsKeptLocal += 1
             case .settled: fieldsSettled += 1
