@@ -352,7 +352,8 @@ public final class Transaction {
     /// current and server values compare, and returns what happens to the field and a tag to
     /// record it under (0: nothing to record), or `nil` to leave the whole row to the caller.
     /// `annotation` is called once, only when some field changes, with the recorded
-    /// decisions, and its bytes are stored with the operation.
+    /// decisions and their values as the record holds them (lent for the call), and its bytes
+    /// are stored with the operation.
     ///
     /// Values are compared by their canonical encoding, as edits compare them.
     ///
@@ -368,12 +369,11 @@ public final class Transaction {
         try encodeKey(key, t)
         guard let stored = try storedRow() else { return .needsMerge }
         let old = stored.bytes
-        let h = stored.header
-        guard h.flags.isEmpty else { return .needsMerge }
+        guard stored.flags.isEmpty else { return .needsMerge }
         // A row with pending fields admits a null for a required field (it may stay an
         // original); whether the field ends up null is checked below, after the decisions.
         var hasPending = false
-        var scan = ByteReader(old, offset: h.entriesStart)
+        var scan = stored.entries
         while let x = try scan.nextEntry() {
             if x.isConflict { return .needsMerge }
             if x.isDirty { hasPending = true }
@@ -397,7 +397,7 @@ public final class Transaction {
         valued.removeAll(keepingCapacity: true)
         valued.append(contentsOf: repeatElement(false, count: t.definitions.count))
         var changed = false
-        var r = ByteReader(old, offset: h.entriesStart)
+        var r = stored.entries
         var e = try r.nextEntry()
         var i = 0
         while e != nil || i < newValues.count {
