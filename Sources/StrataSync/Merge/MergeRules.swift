@@ -42,7 +42,12 @@ public struct FieldDecision: Sendable, Hashable {
 
 extension FieldDecision.Outcome {
     /// A conflict's outcome, whichever side it went to.
-    var isConflict: Bool { rawValue >= Self.conflictServer.rawValue }
+    var isConflict: Bool {
+        switch self {
+        case .takeServer, .keepLocal, .settled: false
+        case .conflictServer, .conflictLocal, .conflictMerged, .conflictDeferred: true
+        }
+    }
 }
 
 /// The result of merging one row.
@@ -109,13 +114,12 @@ enum MergeRules {
     }
 
     static func resolve(_ c: Conflict, _ policy: ConflictPolicy) -> Resolution {
-        if let fixed = fixedResolution(policy) { return fixed }
         switch policy {
-        case .custom(let resolver): return resolver(c)
-        default:
-            // Last writer wins. Ties and missing timestamps go to the server: every client
-            // decides alike.
-            if let l = c.localTimestamp, let s = c.serverTimestamp, l > s { return .local } else { return .server }
+        case .serverWins, .clientWins, .deferred: fixedResolution(policy)!
+        case .lastWriterWins:
+            // Ties and missing timestamps go to the server: every client decides alike.
+            if let l = c.localTimestamp, let s = c.serverTimestamp, l > s { .local } else { .server }
+        case .custom(let resolver): resolver(c)
         }
     }
 
