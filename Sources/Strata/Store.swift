@@ -106,7 +106,7 @@ public final class Store: Sendable {
 
     /// The store format this version of Strata writes. Older formats are migrated when opened
     /// (see `Migration.swift`); newer ones are refused.
-    public static let formatVersion: UInt64 = 5
+    public static let formatVersion: UInt64 = 6
 
     /// Opens the store in the folder at `path`, creating it (and the folder, with any missing
     /// parent folders) if needed.

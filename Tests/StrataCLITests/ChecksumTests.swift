@@ -194,4 +194,57 @@ import Testing
             #expect(try before.verify().isConsistent)
         }
     }
+
+    /// Salvage when the first operation of a transaction — the one that carries its header (log
+    /// format 4) — is lost: the transaction's other operations are kept, the first of them
+    /// rewritten to carry a header with the same transaction id and an estimated time.
+    @Test func salvageKeepsATransactionWhoseFirstOperationIsLost() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-salvage-\(UUID().uuidString)").path
+        let recovered = path + "-salvaged"
+        defer { for p in [path, recovered] { try? FileManager.default.removeItem(atPath: p) } }
+        do {
+            let store = try Store(path: path)
+            try store.createTable(.fixed("tasks", fields: [.int("id"), .string("title")]))
+            try store.write { tx in for i in 1...5 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string("t\(i)")]) } }  // 1–5
+            try store.write { tx in for i in 2...4 { try tx.update("tasks", key: .init(.int(Int64(i))), ["title": "u"]) } }  // 6–8
+            try store.write { tx in try tx.update("tasks", key: 5, ["title": "last"]) }  // 9
+            try store.checkpoint()
+            store.close()
+        }
+        let original: [LogEntry] = try {
+            let store = try Store(path: path)
+            defer { store.close() }
+            return try store.read { try $0.operations() }
+        }()
+        // Damage LSNs 1 and 6, the first operations of their transactions, in every copy.
+        for lsn: UInt64 in [1, 6] {
+            let (_, record) = try locate(path, lsn: lsn)
+            let file = try [UInt8](fileBytes(path))
+            for offset in (0...(file.count - record.count)).filter({ file[$0..<($0 + record.count)].elementsEqual(record) }) {
+                try flip(path, at: offset + record.count - 1, bit: 0)
+            }
+        }
+        let report = try Store.salvage(from: path, into: recovered)
+        #expect(report.damagedOperations == [1, 6] && report.lostRanges == [1...1, 6...6], "\(report)")
+        #expect(report.recoveredOperations == 7)
+        #expect(report.operationsWithEstimatedTime == 6, "\(report)")
+        #expect(report.description.contains("6 operation(s) lost the first operation of their transaction"), "\(report)")
+
+        let copy = try Store(path: recovered)
+        defer { copy.close() }
+        #expect(try copy.verify().isConsistent)
+        let ops = try copy.read { try $0.operations() }
+        #expect(ops.map(\.lsn) == [2, 3, 4, 5, 7, 8, 9])
+        #expect(ops.map(\.transactionID) == [1, 1, 1, 1, 6, 6, 9])
+        // Nothing recovered before them carries a time: they take the first one recovered whole.
+        #expect(ops.allSatisfy { $0.timestamp == original[8].timestamp })
+        // Everything but the header is as it was.
+        let byLSN = Dictionary(uniqueKeysWithValues: original.map { ($0.lsn, $0) })
+        for op in ops {
+            let o = try #require(byLSN[op.lsn])
+            #expect(op.kind == o.kind && op.key == o.key && op.changes == o.changes && op.schemaVersion == o.schemaVersion)
+        }
+        #expect(try copy.read { try $0.row("tasks", key: 3)?["title"] } == "u")
+        #expect(try copy.read { try $0.row("tasks", key: 2)?["title"] } == "t2")
+    }
 }

@@ -85,7 +85,7 @@ import Testing
             #expect(try Self.format(path) == 4)
             let store = try Store(path: path)
             defer { store.close() }
-            #expect(try Self.format(path) == 5)
+            #expect(try Self.format(path) == Store.formatVersion)
             let report = try store.verify()
             #expect(report.isConsistent && report.damagedOperations.isEmpty && report.operations == 17)
             #expect(report.operationsWithoutChecksum == 17)
@@ -120,6 +120,66 @@ import Testing
             #expect(try store.read { try $0.history("people", key: 2).map(\.lsn) } == [5, 10, 14, 18])
             _ = try store.rebuild()
             #expect(try store.verify().isConsistent)
+        }
+    }
+
+    /// The 5 → 6 migration, on a store written by format 5 (`Fixtures/format5-store`, see its
+    /// commit: the format-4 fixture opened, then a transaction of three operations (18–20), one of
+    /// two (21–22) and a single one (23)). Its operations keep their formats (2 and 3) and their
+    /// transaction ids and times; new ones are format 4, and every read of the log — history,
+    /// the listing, compaction, rebuild, replay — works across the formats.
+    @Test func aFormat5StoreIsMigratedAndReadAcrossLogFormats() throws {
+        try Self.withFixture("format5-store") { path in
+            #expect(try Self.format(path) == 5)
+            let store = try Store(path: path)
+            defer { store.close() }
+            #expect(try Self.format(path) == 6)
+            let old = try store.read { try $0.operations() }
+            #expect(old.count == 23)
+            // Counter ids, as format 5 wrote them; one time per transaction.
+            #expect(old.suffix(6).map(\.transactionID) == [5, 5, 5, 6, 6, 7], "\(old.map(\.transactionID))")
+            #expect(Set(old[17...19].map(\.timestamp)).count == 1 && old[20].timestamp == old[21].timestamp && old[19].timestamp <= old[20].timestamp)
+            #expect(try store.read { try $0.history("tasks", key: 5) }.map(\.lsn) == [18, 21])
+            let report = try store.verify()
+            #expect(report.isConsistent && report.operations == 23 && report.operationsWithoutChecksum == 17)
+
+            // New transactions: ids are their first LSN, above every older id.
+            try store.write { tx in
+                try tx.update("tasks", key: 5, ["priority": 3])
+                try tx.update("people", key: 1, ["age": 41])
+            }
+            try store.write { tx in try tx.update("tasks", key: 2, ["notes": "soon"]) }
+            let all = try store.read { try $0.operations() }
+            #expect(Array(all.prefix(23)) == old)
+            #expect(all.suffix(3).map(\.transactionID) == [24, 24, 26])
+            #expect(all.suffix(3).map(\.lsn) == [24, 25, 26])
+            #expect(try store.read { try $0.history("tasks", key: 5) }.map(\.lsn) == [18, 21, 24])
+            #expect(try store.read { try $0.history("tasks", key: 2) }.map(\.lsn) == [2, 7, 16, 19, 26])
+
+            #expect(try store.verify().isConsistent)
+            _ = try store.rebuild()
+            #expect(try store.verify().isConsistent)
+            try withTemporaryFolder { copy in
+                let replayed = try store.replay(into: copy + "/replayed", through: 25)
+                defer { replayed.close() }
+                #expect(try replayed.read { try $0.operations() } == Array(all.prefix(25)))
+            }
+            // strata log lists every format.
+            let listing = try store.read { s in try s.operations(from: 22, through: 24).map { "\($0.lsn) \($0.kind) \($0.transactionID)" } }
+            #expect(listing == ["22 delete 6", "23 update 7", "24 update 24"])
+
+            store.close()
+            let env = try Environment(path: path, options: { var o = EnvironmentOptions(); o.maxDatabases = 16; return o }())
+            let log = try env.write { try $0.openDatabase("log") }
+            let formats = try env.read { txn in
+                try txn.withCursor(log) { c in
+                    var formats: [UInt8] = []
+                    var e = try c.first()
+                    while let x = e { formats.append(x.value[0]); e = try c.next() }
+                    return formats
+                }
+            }
+            #expect(formats == Array(repeating: 2, count: 17) + Array(repeating: 3, count: 6) + [4, 4, 4])
         }
     }
 

@@ -48,11 +48,16 @@ import Testing
                     while let x = e { lsn += 1; ops.append((lsn, Array(x.value))); e = try c.next() }
                 }
             }
+            // The log of a store written before format 4 too (its operations are formats 2 and
+            // 3), so that every record layout still read is mutated.
+            let older = try Self.olderOperations()
             var decoded = 0
             var refused = 0
             for _ in 0..<4000 {
                 let (key, record) = rows[Int(g.next() % UInt64(rows.count))]
-                let (lsn, op) = ops[Int(g.next() % UInt64(ops.count))]
+                let pick = Int(g.next() % UInt64(ops.count + older.ops.count))
+                let (lsn, op) = pick < ops.count ? ops[pick] : older.ops[pick - ops.count]
+                let opCatalog = pick < ops.count ? catalog : older.catalog
                 let badKey = Self.mutate(key, &g)
                 let badRecord = Self.mutate(record, &g)
                 // Resealed, so that the decoder, not the checksum, meets the damage (as with a
@@ -72,7 +77,9 @@ import Testing
                                 try withBytes(badRecord) { (r) throws(StrataError) in try Row(table: t, rowsKey: k, record: r) }
                             }
                         case 2:
-                            _ = try withBytes(badOp) { (o) throws(StrataError) in try LogEntry(lsn: lsn, record: o, catalog: catalog, checksumsFrom: 1) }
+                            _ = try withBytes(badOp) { (o) throws(StrataError) in
+                                try LogEntry(lsn: lsn, record: o, catalog: opCatalog, checksumsFrom: 1) { _ in TransactionHeader(id: 1, timestampMicros: 0, schemaVersion: 0) }
+                            }
                         default:
                             // Folding a damaged operation into a sound row (as rebuild would).
                             var out = ByteWriter()
@@ -91,9 +98,31 @@ import Testing
         }
     }
 
+    /// The operations of the format-5 fixture store (`StrataSyncTests/Fixtures/format5-store`):
+    /// formats 2 and 3, with the catalog that reads them.
+    static func olderOperations() throws -> (ops: [(UInt64, [UInt8])], catalog: Catalog) {
+        let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../StrataSyncTests/Fixtures/format5-store/data.mdb").standardized
+        return try withTemporaryFolder { path in
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: fixture.path, toPath: path + "/data.mdb")
+            let store = try Store(path: path)
+            defer { store.close() }
+            var ops: [(UInt64, [UInt8])] = []
+            try store.env.read { txn in
+                try txn.withCursor(store.views.log) { c in
+                    var e = try c.first()
+                    while let x = e { ops.append((try Counter.lsn(key: x.key), Array(x.value))); e = try c.next() }
+                }
+            }
+            #expect(Set(ops.map { $0.1[0] }) == [2, 3], "the fixture's operations are formats 2 and 3")
+            return (ops, try store.read { try $0.catalog })
+        }
+    }
+
     /// `record` with its checksum recomputed, when it has the size and format of one that has one.
     static func resealed(_ record: [UInt8]) -> [UInt8] {
-        guard record.count > RecordFormat.checksumSize, record[0] == RecordFormat.checksummedFormat else { return record }
+        guard record.count > RecordFormat.checksumSize, record[0] >= RecordFormat.checksummedFormat, record[0] <= RecordFormat.operationFormat else { return record }
         var w = ByteWriter()
         w.append(record)
         RecordChecksum.seal(&w)

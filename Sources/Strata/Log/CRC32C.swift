@@ -13,6 +13,13 @@ enum CRC32C {
         ~update(0xFFFF_FFFF, bytes)
     }
 
+    /// The checksum of the byte `first` followed by `bytes`.
+    static func checksum(_ first: UInt8, _ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        var b = first
+        let crc = Swift.withUnsafeBytes(of: &b) { update(0xFFFF_FFFF, $0) }
+        return ~update(crc, bytes)
+    }
+
     /// The checksum of `bytes`.
     static func checksum(_ bytes: [UInt8]) -> UInt32 {
         bytes.withUnsafeBytes { checksum($0) }

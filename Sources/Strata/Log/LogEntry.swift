@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 
 /// One entry of the operation log, decoded.
 ///
@@ -81,7 +82,9 @@ public struct LogEntry: Sendable, Hashable {
 
     /// The log sequence number: dense, increasing, the operation's position in the log.
     public let lsn: UInt64
-    /// The transaction the operation belongs to; all operations of one `write` share it.
+    /// The transaction the operation belongs to; all operations of one `write` share it. Ids
+    /// increase with the log; from log format 4 on, a transaction's id is the LSN of its first
+    /// operation (before, a counter).
     public let transactionID: UInt64
     /// When the transaction began.
     public let timestamp: Date
@@ -110,10 +113,17 @@ public struct LogEntry: Sendable, Hashable {
     public let annotation: [UInt8]
 
     /// Decodes the operation stored at `lsn`, after checking its checksum (see
-    /// ``RecordChecksum``; `checksumsFrom` is the first LSN that must carry one).
-    init(lsn: UInt64, record: UnsafeRawBufferPointer, catalog: Catalog, checksumsFrom: UInt64) throws(StrataError) {
+    /// ``RecordChecksum``; `checksumsFrom` is the first LSN that must carry one). `transaction`
+    /// finds the header of the operation's transaction when the record does not carry it
+    /// (``ReadableTransaction/transactionHeader(of:at:log:checksumsFrom:cache:)``).
+    init(
+        lsn: UInt64, record: UnsafeRawBufferPointer, catalog: Catalog, checksumsFrom: UInt64,
+        transaction: (OperationHeader) throws(StrataError) -> TransactionHeader
+    ) throws(StrataError) {
         try RecordChecksum.check(record, lsn: lsn, checksumsFrom: checksumsFrom)
         let h = try OperationHeader(record)
+        let txn: TransactionHeader
+        if let carried = try h.carriedTransaction(at: lsn) { txn = carried } else { txn = try transaction(h) }
         guard let kind = Kind(rawValue: h.kind) else { throw StrataError(.corruptRecord, "operation \(lsn) has unknown kind \(h.kind)") }
         guard let origin = Origin(rawValue: h.origin) else { throw StrataError(.corruptRecord, "operation \(lsn) has unknown origin \(h.origin)") }
         let t = try catalog.table(id: h.tableID(in: record))
@@ -125,18 +135,51 @@ public struct LogEntry: Sendable, Hashable {
             changes.append(FieldChange(field: t.fieldName(e.id), original: original, current: current, isInConflict: e.isConflict))
         }
         self.lsn = lsn
-        self.transactionID = h.txnID
-        self.timestamp = Date(timeIntervalSince1970: Double(h.timestampMicros) / 1_000_000)
+        self.transactionID = txn.id
+        self.timestamp = Date(timeIntervalSince1970: Double(txn.timestampMicros) / 1_000_000)
         self.origin = origin
         self.kind = kind
         self.table = t.name
         self.key = try t.decodeKey(UnsafeRawBufferPointer(rebasing: record[h.target]))
-        self.schemaVersion = h.schemaVersion
+        self.schemaVersion = h.schemaVersion(in: txn)
         self.changes = changes
         self.removesRow = h.flagsAfter.contains(.gone)
         self.isPendingInsert = h.flagsAfter.contains(.inserted)
         self.isPendingDelete = h.flagsAfter.contains(.deleted)
         self.isConflicted = h.flagsAfter.contains(.conflicted)
         self.annotation = Array(record[h.annotation])
+    }
+}
+
+extension ReadableTransaction {
+    /// The header of the transaction of the operation `header`, stored at `lsn` in `log`: the
+    /// one the record carries, or else the one the first operation of its transaction still in
+    /// the log carries (``RecordFormat``). `cache` keeps the last header found, so a scan in LSN
+    /// order reads the first operation of each transaction once.
+    ///
+    /// - Complexity: O(1) when the record or `cache` holds the header, else O(log n).
+    func transactionHeader(
+        of header: OperationHeader, at lsn: UInt64, log: Database, checksumsFrom: UInt64, cache: inout TransactionHeader?
+    ) throws(StrataError) -> TransactionHeader {
+        if let carried = try header.carriedTransaction(at: lsn) {
+            cache = carried
+            return carried
+        }
+        let id = try header.transactionID(at: lsn)
+        if let cache, cache.id == id { return cache }
+        let found: TransactionHeader? = try scan(log) { c in
+            guard let e = try c.seek(atLeast: Swift.withUnsafeBytes(of: id.bigEndian) { Array($0) }) else { return nil }
+            let first = try Counter.lsn(key: e.key)
+            guard first < lsn else { return nil }
+            // Checked: its time and schema version are read for other operations.
+            try RecordChecksum.check(e.value, lsn: first, checksumsFrom: checksumsFrom)
+            guard let t = try OperationHeader(e.value).carriedTransaction(at: first), t.id == id else { return nil }
+            return t
+        }
+        guard let found else {
+            throw StrataError(.corruptRecord, "operation \(lsn) belongs to transaction \(id), but the first operation of that transaction in the log does not carry the transaction's header")
+        }
+        cache = found
+        return found
     }
 }

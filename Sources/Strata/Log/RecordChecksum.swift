@@ -1,7 +1,8 @@
 import LMDB
 
-/// The checksum of operation records (format 3, see ``RecordFormat``): sealing a record the
-/// write path built, and checking one read from the log as evidence.
+/// The checksum of operation records (format 3 on, see ``RecordFormat``): sealing a record the
+/// write path built, and checking one read from the log as evidence. Format 3's covers the bytes
+/// after it; format 4's also the format byte, so neither layout reads as the other.
 ///
 /// Not checked in `OperationHeader.init`, which the write path runs several times per edit on
 /// a record it has just built; checked once per record wherever the log is read to rebuild,
@@ -9,7 +10,7 @@ import LMDB
 enum RecordChecksum {
     /// What a record's checksum says.
     enum Status: Equatable {
-        /// A format-3 record whose checksum matches.
+        /// A record of format 3 or later whose checksum matches.
         case valid
         /// A record written before format 3, which carries no checksum.
         case absent
@@ -19,9 +20,7 @@ enum RecordChecksum {
 
     /// Writes the checksum of the complete record in `record` into its checksum field.
     static func seal(_ record: inout ByteWriter) {
-        let crc = record.withUnsafeBytes { b in
-            CRC32C.checksum(UnsafeRawBufferPointer(rebasing: b[(1 + RecordFormat.checksumSize)...]))
-        }
+        let crc = record.withUnsafeBytes { b in compute(b, format: b[0]) }
         Swift.withUnsafeBytes(of: crc.littleEndian) { src in
             for i in 0..<RecordFormat.checksumSize { record.bytes[1 + i] = src[i] }
         }
@@ -38,7 +37,7 @@ enum RecordChecksum {
             let start = 1 + RecordFormat.checksumSize
             guard record.count >= start else { return .damaged("it is shorter than its checksum") }
             let stored = UInt32(littleEndian: record.loadUnaligned(fromByteOffset: 1, as: UInt32.self))
-            let actual = CRC32C.checksum(UnsafeRawBufferPointer(rebasing: record[start...]))
+            let actual = compute(record, format: format)
             return stored == actual ? .valid : .damaged("its checksum does not match its content")
         case RecordFormat.oldestOperationFormat..<RecordFormat.checksummedFormat:
             // Written before checksums, or a format-3 record whose format byte was damaged.
@@ -51,6 +50,12 @@ enum RecordChecksum {
             // this one refuses to open: here, an unknown format byte is damage.
             return .damaged("it has an unknown format (\(format))")
         }
+    }
+
+    /// The checksum of the complete record `record` of format `format`.
+    private static func compute(_ record: UnsafeRawBufferPointer, format: UInt8) -> UInt32 {
+        let rest = UnsafeRawBufferPointer(rebasing: record[(1 + RecordFormat.checksumSize)...])
+        return format >= RecordFormat.compactFormat ? CRC32C.checksum(format, rest) : CRC32C.checksum(rest)
     }
 
     /// Throws `corruptRecord`, naming `lsn`, unless `record` is valid or older than checksums.

@@ -19,21 +19,48 @@ import LMDB
 /// A **row state** (value in `rows`) is `u8 flags, varint lastLSN` followed by the row's field
 /// entries in field-id order; null clean fields are left out, and key fields live in the key.
 ///
-/// An **operation** (value in `log`) is
+/// An **operation** (value in `log`), from format 4 on, is
+///
+///     u8 format, u32 crc32c, u8 kind, u8 flags, varint txnOffset,
+///     [varint timestamp (µs since 1970), varint schemaVersion,]      when flags carry the transaction
+///     varint targetLength, target (the `rows` key), varint prevLSN,
+///     [varint annotationLength, annotation,]                         when flags say so
+///     field entries in field-id order
+///
+/// `flags` holds the row's flags after the operation (``RowFlags``: bits 0x01, 0x02, 0x04, 0x80)
+/// and four bits of the operation's own (``OperationBits``): the origin is the server (0x08), an
+/// annotation follows (0x10), the record carries its transaction's header (0x20), and the
+/// operation's schema version is one above its transaction's (0x40, a write that changed the
+/// schema before this edit).
+///
+/// What the operations of one transaction share — the transaction id, its time, its schema
+/// version (``TransactionHeader``) — is written once: in the transaction's first operation,
+/// which carries it. The transaction id is that operation's LSN, so every operation names its
+/// transaction by `txnOffset`, the distance back to it (0 in the first), and finds the header in
+/// the first operation of its transaction still in the log. Compaction never splits a
+/// transaction (it keeps a transaction whole or folds it whole) and salvage rewrites the first
+/// operation it keeps of a transaction whose first one is lost to carry a header, so that
+/// operation always carries one. A single-edit transaction pays nothing for this: its one
+/// operation carries the header, which costs what every operation cost before.
+///
+/// Before format 4 every operation carried everything (formats 1 to 3):
 ///
 ///     u8 format, [u32 crc32c,] u8 kind, u8 origin, varint txnID, varint timestamp (µs since 1970),
 ///     varint schemaVersion, varint targetLength, target (the `rows` key), varint prevLSN,
 ///     u8 flagsAfter, varint annotationLength, annotation, field entries in field-id order
 ///
 /// From format 3 on, the format byte is followed by a **checksum**: the CRC-32C (``CRC32C``) of
-/// every byte after it — the rest of the header and the field entries — little-endian. It is
+/// every byte after it — the rest of the header and the field entries — little-endian; from
+/// format 4 on it covers the format byte too, so a damaged format byte cannot make a record read
+/// in the other layout. It is
 /// computed once, when the write path has built the record, and checked where the log is read
 /// as evidence: `verify`, `rebuild`, `replay`, `compact`, `salvage`, the fold of a log tail when
 /// a store opens, and the history reads (``Snapshot/history(_:key:)``, `strata log`); see
 /// ``RecordChecksum``. The format byte itself is covered by the store: every operation from
 /// LSN `checksumsFrom` (a `meta` counter, set when the store was created or migrated to store
-/// format 5) on must be format 3, so a damaged format byte that reads as 1 or 2 is caught too.
-/// Operations written before (formats 1 and 2) carry no checksum and are not rewritten.
+/// format 5) on must be format 3 or later, so a damaged format byte that reads as 1 or 2 is caught too.
+/// Operations written before (formats 1 and 2) carry no checksum and are not rewritten; nor are
+/// format-3 operations when a store moves to format 4: a log may hold every format.
 ///
 /// The annotation is opaque to the store: sync code records its merge decisions there.
 ///
@@ -46,14 +73,43 @@ import LMDB
 /// an operation is therefore mechanical — see ``RowFold`` — and the rules that decide what an edit
 /// does live only in the write path (`EditRules.swift`).
 enum RecordFormat {
-    /// The current format of operation records: 2 adds conflict entries (state 2), 3 a checksum.
-    static let operationFormat: UInt8 = 3
+    /// The current format of operation records: 2 adds conflict entries (state 2), 3 a checksum,
+    /// 4 the compact header (a transaction's shared header once per transaction).
+    static let operationFormat: UInt8 = 4
     /// The first format whose operations carry a checksum (4 bytes after the format byte).
     static let checksummedFormat: UInt8 = 3
     /// The size of the checksum.
     static let checksumSize = 4
+    /// The first format with the compact header (see above).
+    static let compactFormat: UInt8 = 4
     /// The oldest format still read: format 1 is format 2 without conflict entries.
     static let oldestOperationFormat: UInt8 = 1
+}
+
+/// The bits of a format-4 operation's flags byte that are the operation's own; the others are
+/// the row's flags after it (``RowFlags``).
+enum OperationBits {
+    /// The operation was applied from the server (``LogEntry/Origin/server``).
+    static let server: UInt8 = 0x08
+    /// An annotation (length and bytes) follows the previous LSN.
+    static let annotation: UInt8 = 0x10
+    /// The record carries its transaction's header (time and schema version).
+    static let carriesTransaction: UInt8 = 0x20
+    /// The operation's schema version is one above its transaction header's.
+    static let schemaBump: UInt8 = 0x40
+    /// The row flags' bits.
+    static let rowFlags: UInt8 = 0x87
+}
+
+/// What the operations of one transaction share. Every operation before format 4 carries it;
+/// from format 4 on, the transaction's first operation in the log does (see ``RecordFormat``).
+struct TransactionHeader: Equatable {
+    /// The transaction id: a counter before format 4, the LSN of the transaction's first
+    /// operation from format 4 on. Either way ids increase with the log.
+    var id: UInt64
+    var timestampMicros: UInt64
+    /// The schema version of the operation that carries the header.
+    var schemaVersion: UInt64
 }
 
 /// Row flags, stored in the row state and (as the state after) in each operation.
@@ -188,14 +244,20 @@ struct StoredRow {
     }
 }
 
-/// The header of an operation record.
+/// The header of an operation record, in any format.
 struct OperationHeader {
     var format: UInt8
     var kind: UInt8
     var origin: UInt8
-    var txnID: UInt64
-    var timestampMicros: UInt64
-    var schemaVersion: UInt64
+    /// Before format 4 the transaction id; from format 4 on, the distance back to it (the
+    /// transaction id is an LSN): see ``transactionID(at:)``.
+    private var txnField: UInt64
+    /// The transaction header's time and schema version, when the record carries them (every
+    /// record before format 4).
+    private var carriedTime: UInt64?
+    private var carriedSchema: UInt64
+    /// Format 4: the operation's schema version is one above its transaction header's.
+    private var schemaBump: Bool
     /// The `rows` key of the row the operation applies to.
     var target: Range<Int>
     /// The previous operation on the same row, 0 for none.
@@ -218,21 +280,76 @@ struct OperationHeader {
             r.offset += RecordFormat.checksumSize
         }
         kind = try r.byte()
-        origin = try r.byte()
-        txnID = try r.varint()
-        timestampMicros = try r.varint()
-        schemaVersion = try r.varint()
+        if format >= RecordFormat.compactFormat {
+            let bits = try r.byte()
+            flagsAfter = RowFlags(rawValue: bits & OperationBits.rowFlags)
+            origin = bits & OperationBits.server != 0 ? LogEntry.Origin.server.rawValue : LogEntry.Origin.local.rawValue
+            schemaBump = bits & OperationBits.schemaBump != 0
+            txnField = try r.varint()
+            if bits & OperationBits.carriesTransaction != 0 {
+                guard !schemaBump else { throw r.corrupt("an operation carries its transaction header and a schema step") }
+                carriedTime = try r.varint()
+                carriedSchema = try r.varint()
+            } else {
+                guard txnField > 0 else { throw r.corrupt("the first operation of a transaction without its header") }
+                carriedTime = nil
+                carriedSchema = 0
+            }
+            target = try Self.target(&r)
+            prevLSN = try Counter.checked(try r.varint(), "an operation's previous LSN")
+            annotation = r.offset..<r.offset
+            if bits & OperationBits.annotation != 0 { annotation = try Self.annotation(&r) }
+        } else {
+            origin = try r.byte()
+            txnField = try r.varint()
+            carriedTime = try r.varint()
+            carriedSchema = try r.varint()
+            schemaBump = false
+            target = try Self.target(&r)
+            prevLSN = try Counter.checked(try r.varint(), "an operation's previous LSN")
+            flagsAfter = RowFlags(rawValue: try r.byte())
+            annotation = try Self.annotation(&r)
+        }
+        entriesStart = r.offset
+    }
+
+    private static func target(_ r: inout ByteReader) throws(StrataError) -> Range<Int> {
         let n = try r.varint()
         guard n >= 4, n <= UInt64(r.remaining) else { throw r.corrupt("operation target length \(n)") }
-        target = r.offset..<r.offset + Int(n)
-        r.offset += Int(n)
-        prevLSN = try Counter.checked(try r.varint(), "an operation's previous LSN")
-        flagsAfter = RowFlags(rawValue: try r.byte())
+        defer { r.offset += Int(n) }
+        return r.offset..<r.offset + Int(n)
+    }
+
+    private static func annotation(_ r: inout ByteReader) throws(StrataError) -> Range<Int> {
         let a = try r.varint()
         guard a <= UInt64(r.remaining) else { throw r.corrupt("annotation length \(a)") }
-        annotation = r.offset..<r.offset + Int(a)
-        r.offset += Int(a)
-        entriesStart = r.offset
+        defer { r.offset += Int(a) }
+        return r.offset..<r.offset + Int(a)
+    }
+
+    /// Whether the record carries its transaction's header: every record before format 4, and
+    /// from format 4 on the first operation of each transaction in the log.
+    var carriesTransaction: Bool { carriedTime != nil }
+
+    /// The id of the operation's transaction, for the operation stored at `lsn`.
+    func transactionID(at lsn: UInt64) throws(StrataError) -> UInt64 {
+        if format < RecordFormat.compactFormat { return txnField }
+        guard txnField < lsn else {
+            throw StrataError(.corruptRecord, "operation \(lsn) places its transaction \(txnField) operations back, before the log's start")
+        }
+        return lsn - txnField
+    }
+
+    /// The transaction header the record carries, `nil` when it carries none (then the first
+    /// operation of its transaction in the log does: ``ReadableTransaction/transactionHeader(of:at:log:checksumsFrom:cache:)``).
+    func carriedTransaction(at lsn: UInt64) throws(StrataError) -> TransactionHeader? {
+        guard let carriedTime else { return nil }
+        return TransactionHeader(id: try transactionID(at: lsn), timestampMicros: carriedTime, schemaVersion: carriedSchema)
+    }
+
+    /// The operation's schema version, given its transaction's header.
+    func schemaVersion(in transaction: TransactionHeader) -> UInt64 {
+        carriesTransaction ? carriedSchema : transaction.schemaVersion + (schemaBump ? 1 : 0)
     }
 
     /// The table id: the first four bytes of the target, big-endian.
@@ -240,6 +357,34 @@ struct OperationHeader {
         var id: UInt32 = 0
         for i in 0..<4 { id = id << 8 | UInt32(record[target.lowerBound + i]) }
         return id
+    }
+}
+
+/// Rewrites of operation records, for the two places that move a transaction's header:
+/// compaction (when it splits a transaction) and salvage (when a transaction's first operation
+/// is lost).
+enum OperationRecord {
+    /// The format-4 operation `record` rewritten to carry `transaction`'s header, keeping its
+    /// distance back to its transaction (so its transaction id) and everything else.
+    static func carrying(_ transaction: TransactionHeader, _ record: UnsafeRawBufferPointer) throws(StrataError) -> [UInt8] {
+        let header = try OperationHeader(record)
+        guard header.format >= RecordFormat.compactFormat else { return Array(record) }
+        var r = ByteReader(record, offset: 1 + RecordFormat.checksumSize)
+        let kind = try r.byte()
+        let bits = try r.byte()
+        let offset = try r.varint()
+        var w = ByteWriter(capacity: record.count + 16)
+        w.append(header.format)
+        w.append([0, 0, 0, 0])
+        w.append(kind)
+        w.append(bits & ~OperationBits.schemaBump | OperationBits.carriesTransaction)
+        w.appendVarint(offset)
+        w.appendVarint(transaction.timestampMicros)
+        w.appendVarint(transaction.schemaVersion)
+        w.appendVarint(UInt64(header.target.count))
+        w.append(UnsafeRawBufferPointer(rebasing: record[header.target.lowerBound...]))
+        RecordChecksum.seal(&w)
+        return w.bytes
     }
 }
 

@@ -140,14 +140,18 @@ extension Store {
     /// The LSN of the first operation after `lsn` whose timestamp is after `cutoff` (µs).
     private func firstOperation(after lsn: UInt64, newerThan cutoff: UInt64, _ reader: ViewReader) throws -> UInt64? {
         let checksumsFrom = try reader.checksumsFrom(in: views)
-        return try reader.scan(views.log) { c in
+        let (txn, log) = (reader.txn, views.log)
+        var cache: TransactionHeader? = nil
+        return try txn.scan(log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: (lsn + 1).bigEndian) { Array($0) })
             while let entry = e {
                 let at = try Counter.lsn(key: entry.key)
                 // A damaged timestamp must not choose the horizon.
                 try RecordChecksum.check(entry.value, lsn: at, checksumsFrom: checksumsFrom)
+                let header = try OperationHeader(entry.value)
+                let transaction = try txn.transactionHeader(of: header, at: at, log: log, checksumsFrom: checksumsFrom, cache: &cache)
                 // Clocks can step back, so the first young operation ends the foldable prefix.
-                if try OperationHeader(entry.value).timestampMicros > cutoff {
+                if transaction.timestampMicros > cutoff {
                     return at
                 }
                 e = try c.next()
@@ -179,6 +183,8 @@ extension Store {
         var state = ByteWriter(capacity: 512)
         // Folded operations leave the log for good: a damaged one must stop the compaction.
         let checksumsFrom = try txn.reader.checksumsFrom(in: views)
+        // Read before the log loses the transaction's first operation.
+        let carrier = try carrierAfter(horizon, txn, checksumsFrom: checksumsFrom)
         while true {
             // A chunk at a time, copied out, so that no cursor is open while the log shrinks.
             var chunk: [(lsn: UInt64, record: [UInt8])] = []
@@ -215,6 +221,9 @@ extension Store {
             }
             folded += chunk.count
         }
+        if let (key, record) = carrier {
+            try lmdb { () throws(LMDBError) in try txn.put(key, record, in: views.log) }
+        }
         // A removed row whose last operation was folded has no history left to reach.
         var dangling: [[UInt8]] = []
         try txn.reader.scan(views.gone) { c in
@@ -226,6 +235,24 @@ extension Store {
         }
         try lmdb { () throws(LMDBError) in for key in dangling { try txn.delete(key, in: views.gone) } }
         return folded
+    }
+
+    /// When the horizon splits a transaction, the operation after it becomes the first of its
+    /// transaction in the log, so it must carry the transaction's header, which the folded first
+    /// operation carried (``RecordFormat``): that operation rewritten so, with its key; `nil`
+    /// when the horizon splits no transaction. Only the header moves: the rewritten record and
+    /// the old one describe the same operation.
+    private func carrierAfter(_ horizon: UInt64, _ txn: ViewWriter, checksumsFrom: UInt64) throws -> (key: [UInt8], record: [UInt8])? {
+        let key = Swift.withUnsafeBytes(of: (horizon + 1).bigEndian) { Array($0) }
+        let reader = txn.reader.txn
+        guard let next = try lmdb({ () throws(LMDBError) in try reader.get(key, in: views.log) }) else { return nil }
+        try RecordChecksum.check(next, lsn: horizon + 1, checksumsFrom: checksumsFrom)
+        let header = try OperationHeader(next)
+        if header.carriesTransaction { return nil }
+        var cache: TransactionHeader? = nil
+        var transaction = try reader.transactionHeader(of: header, at: horizon + 1, log: views.log, checksumsFrom: checksumsFrom, cache: &cache)
+        transaction.schemaVersion = header.schemaVersion(in: transaction)
+        return (key, try OperationRecord.carrying(transaction, next))
     }
 
     /// Folds every row state of `base` (read through `reader`) into `fold`, as rebuild does

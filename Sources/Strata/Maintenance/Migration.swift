@@ -9,12 +9,12 @@ import LMDB
 /// |---|---|---|
 /// | 1 | 2 | compaction: the `base` database (rows as of the horizon) and the `horizon` meta key. A format-1 store has neither; an empty `base` and a missing horizon (0) describe it exactly, so nothing is rewritten. |
 /// | 2 | 3 | conflict entries (field state 2, operation format 2): a deferred conflict records its conflicting fields and the server's values for them. Format-2 records are valid format-3 records without conflict entries, so nothing is rewritten; a row a format-2 store left conflicted does not record its fields: ``Row/conflictingFields`` says what format 2 reported (its changed fields), and `SyncClient` takes them from the merge's audit record in the log; the next merge or resolve of the row records them. |
-///
 /// | 3 | 4 | the views are checkpointed apart from the log: the `viewsLSN` meta key, set to the log's end. |
 /// | 4 | 5 | checksums: operations are written in operation format 3, with a CRC-32C. The operations already in the log (formats 1 and 2) are not rewritten and stay valid without one; the `checksumsFrom` meta key, set to the LSN after the last operation, says from where on every operation must carry one. |
+/// | 5 | 6 | the compact log (operation format 4): what a transaction's operations share (its id, time and schema version) is written once, in its first operation, and a transaction id is the LSN of that operation. The operations already in the log keep their format (each carries its own transaction header) and are not rewritten; transaction ids go on increasing. |
 ///
 /// Operation records keep their own format byte (``RecordFormat``), checked as each is read,
-/// so a step that changes the record format need not rewrite the log (4 → 5 does not).
+/// so a step that changes the record format need not rewrite the log (4 → 5 and 5 → 6 do not).
 enum Migration {
     static func upgrade(from version: UInt64, _ txn: LMDB.WriteTransaction, _ views: StoreDatabases, path: String) throws(StrataError) {
         var v = version
@@ -37,6 +37,9 @@ enum Migration {
                     throw StrataError(.corruptRecord, "the store at '\(path)' has a last LSN of \(last), out of range; it cannot be migrated")
                 }
                 try txn.setMeta(MetaKey.checksumsFrom, last + 1, in: views)
+            case 5:
+                // Older operations carry their own transaction headers; new ones are format 4.
+                break
             default:
                 throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), which no version of Strata wrote; it cannot be migrated")
             }

@@ -30,6 +30,10 @@ public struct SalvageReport: Sendable, CustomStringConvertible {
     /// does not match, see ``VerifyReport/DamagedOperation``) and has no intact copy in the file:
     /// skipped, so also in ``lostRanges``.
     public var damagedOperations: [UInt64] = []
+    /// Operations recovered without the first operation of their transaction, which holds the
+    /// transaction's time: they were given the time of the transaction before them (or, with
+    /// none before, of the first one recovered whole).
+    public var operationsWithEstimatedTime = 0
     /// Pages of the damaged file that did not parse as LMDB pages (zeroed or overwritten).
     public var unreadablePages = 0
     /// Pages of the file in all.
@@ -55,6 +59,9 @@ public struct SalvageReport: Sendable, CustomStringConvertible {
             lines.append("failed their checksum (skipped): LSN " + damagedOperations.map(String.init).joined(separator: ", "))
         }
         for gap in rowsWithGaps { lines.append("gap: \(gap)") }
+        if operationsWithEstimatedTime > 0 {
+            lines.append("\(operationsWithEstimatedTime) operation(s) lost the first operation of their transaction and were given the time of the transaction before")
+        }
         if operationsBeforeGaps > 0 { lines.append("\(operationsBeforeGaps) readable operations before those gaps were left out") }
         return lines.joined(separator: "\n")
     }
@@ -115,15 +122,19 @@ extension Store {
                         damaged.insert(lsn)
                         return false
                     }
-                    guard let header = try? OperationHeader(b), header.txnID <= meta.lastTxn || meta.lastTxn == 0,
+                    guard let header = try? OperationHeader(b), let id = try? header.transactionID(at: lsn),
+                          id <= meta.lastTxn || meta.lastTxn == 0,
                           catalog.tables[header.tableID(in: b)] != nil,
-                          (try? LogEntry(lsn: lsn, record: b, catalog: catalog, checksumsFrom: checksumsFrom)) != nil
+                          // Decoded on its own: its transaction's header, when elsewhere, is seen to below.
+                          (try? LogEntry(lsn: lsn, record: b, catalog: catalog, checksumsFrom: checksumsFrom) { _ in
+                              TransactionHeader(id: id, timestampMicros: 0, schemaVersion: 0)
+                          }) != nil
                     else { return false }
                     return true
                 }
                 if valid {
                     operations[lsn] = record
-                    lastTxn = max(lastTxn, withBytes(record) { (b) -> UInt64 in (try? OperationHeader(b).txnID) ?? 0 })
+                    lastTxn = max(lastTxn, withBytes(record) { (b) -> UInt64 in (try? OperationHeader(b).transactionID(at: lsn)) ?? 0 })
                 }
             }
 
@@ -164,6 +175,7 @@ extension Store {
                 }
             }
             kept.sort { $0.lsn < $1.lsn }
+            report.operationsWithEstimatedTime = try Self.carryTransactionHeaders(&kept, recovered: operations)
             report.rowsWithGaps.sort { $0.keptFrom < $1.keptFrom }
 
             // What was lost: the LSNs after the horizon, up to the last recovered, not recovered —
@@ -219,6 +231,50 @@ extension Store {
             report.pendingRows = try store.read { try $0.pendingRows().count }
             return report
         }
+    }
+
+    /// Makes the first kept operation of each transaction carry the transaction's header
+    /// (``RecordFormat``): where the transaction's first operation is lost or left out, the next
+    /// kept one is rewritten to carry the header, from the lost one when it was read, else with
+    /// the time and schema version of the transaction before it (or, for the first, of the first
+    /// one kept with its header). Returns how many operations took such an estimate.
+    private static func carryTransactionHeaders(_ kept: inout [(lsn: UInt64, record: [UInt8])], recovered: [UInt64: [UInt8]]) throws(StrataError) -> Int {
+        var headers: [(header: OperationHeader, id: UInt64)] = []
+        var previous: TransactionHeader? = nil
+        for (lsn, record) in kept {
+            let h = try withBytes(record) { (b) throws(StrataError) in try OperationHeader(b) }
+            headers.append((h, try h.transactionID(at: lsn)))
+            if previous == nil { previous = try h.carriedTransaction(at: lsn) }
+        }
+        var carried = Set<UInt64>()
+        var estimatedIDs = Set<UInt64>()
+        var estimated = 0
+        for i in kept.indices {
+            let (lsn, record) = kept[i]
+            let (header, id) = headers[i]
+            if let own = try header.carriedTransaction(at: lsn) {
+                carried.insert(id)
+                previous = own
+                continue
+            }
+            if carried.contains(id) {
+                if estimatedIDs.contains(id) { estimated += 1 }
+                continue
+            }
+            var transaction: TransactionHeader
+            if let first = recovered[id], let t = try withBytes(first, { (b) throws(StrataError) in try OperationHeader(b).carriedTransaction(at: id) }) {
+                transaction = t
+            } else {
+                transaction = TransactionHeader(id: id, timestampMicros: previous?.timestampMicros ?? 0, schemaVersion: previous?.schemaVersion ?? 0)
+                estimatedIDs.insert(id)
+                estimated += 1
+            }
+            transaction.schemaVersion = header.schemaVersion(in: transaction)
+            kept[i].record = try withBytes(record) { (b) throws(StrataError) in try OperationRecord.carrying(transaction, b) }
+            carried.insert(id)
+            previous = transaction
+        }
+        return estimated
     }
 
     /// The operation `record` with its previous LSN set to 0.

@@ -39,13 +39,17 @@ extension Snapshot {
         var lsns: [UInt64] = []
         let checksumsFrom = try txn.checksumsFrom(in: views)
         try txn.forEachInChain(of: k.bytes, views: views) { lsn, _ in lsns.append(lsn) }
+        var cache: TransactionHeader? = nil
         for lsn in lsns.reversed() {
             var keyBE = lsn.bigEndian
             let found = try lmdb { () throws(LMDBError) in try Swift.withUnsafeBytes(of: &keyBE) { (kb) throws(LMDBError) in try txn.get(kb, in: views.log) } }
             guard let record = found else {
                 throw StrataError(.corruptRecord, "the history of a row names LSN \(lsn), which is not in the log")
             }
-            guard try body(try LogEntry(lsn: lsn, record: record, catalog: catalog, checksumsFrom: checksumsFrom)) else { return }
+            let op = try LogEntry(lsn: lsn, record: record, catalog: catalog, checksumsFrom: checksumsFrom) { (h) throws(StrataError) in
+                try txn.txn.transactionHeader(of: h, at: lsn, log: views.log, checksumsFrom: checksumsFrom, cache: &cache)
+            }
+            guard try body(op) else { return }
         }
     }
 }

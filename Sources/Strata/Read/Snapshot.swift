@@ -164,12 +164,17 @@ public struct Snapshot {
     /// - Complexity: O(k) for k operations visited, plus O(log n) to find the first.
     public func forEachOperation(from: UInt64 = 1, through: UInt64 = .max, _ body: (LogEntry) throws -> Bool) throws {
         let checksumsFrom = try txn.checksumsFrom(in: views)
-        try txn.scan(views.log) { c in
+        let (lmdbTxn, log) = (try self.txn.txn, views.log)
+        var cache: TransactionHeader? = nil
+        try lmdbTxn.scan(log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: from.bigEndian) { Array($0) })
             while let entry = e {
                 let lsn = try Counter.lsn(key: entry.key)
                 if lsn > through { return }
-                guard try body(try LogEntry(lsn: lsn, record: entry.value, catalog: catalog, checksumsFrom: checksumsFrom)) else { return }
+                let op = try LogEntry(lsn: lsn, record: entry.value, catalog: catalog, checksumsFrom: checksumsFrom) { (h) throws(StrataError) in
+                    try lmdbTxn.transactionHeader(of: h, at: lsn, log: log, checksumsFrom: checksumsFrom, cache: &cache)
+                }
+                guard try body(op) else { return }
                 e = try c.next()
             }
         }
@@ -197,8 +202,12 @@ public struct Snapshot {
             try t.encodeKey(key, into: &k)
             var entries: [LogEntry] = []
             let checksumsFrom = try txn.checksumsFrom(in: views)
+            let lmdbTxn = try txn.txn
+            var cache: TransactionHeader? = nil
             try txn.forEachInChain(of: k.bytes, views: views) { lsn, record in
-                entries.append(try LogEntry(lsn: lsn, record: record, catalog: catalog, checksumsFrom: checksumsFrom))
+                entries.append(try LogEntry(lsn: lsn, record: record, catalog: catalog, checksumsFrom: checksumsFrom) { (h) throws(StrataError) in
+                    try lmdbTxn.transactionHeader(of: h, at: lsn, log: views.log, checksumsFrom: checksumsFrom, cache: &cache)
+                })
             }
             return entries.reversed()
         }

@@ -24,8 +24,11 @@ public final class Transaction {
     private(set) var catalogChanged = false
     private let baseCatalogVersion: UInt64
     private var nextLSN: UInt64
-    private var txnID: UInt64 = 0
-    private var txnIDStored = false
+    /// The LSN of the transaction's first logged operation, which is its id and carries its
+    /// header (``TransactionHeader``); 0 until an operation is logged.
+    private var txnStart: UInt64 = 0
+    /// The schema version of that operation.
+    private var txnSchema: UInt64 = 0
     private let timestampMicros: UInt64
 
     // Reusable buffers: after the first few edits, an edit allocates nothing here.
@@ -497,29 +500,50 @@ public final class Transaction {
         annotation: [UInt8] = [], old: StoredRow?,
         _ rules: (inout ByteWriter) throws(StrataError) -> RowFlags
     ) throws(StrataError) {
-        if txnID == 0 { txnID = (try txn.metaUInt64(MetaKey.lastTxn, in: views) ?? 0) + 1 }
         let lsn = nextLSN
+        let schema = baseCatalogVersion + (catalogChanged || tableChanged ? 1 : 0)
+        // The first operation logged carries the transaction's header; an edit that logs
+        // nothing, or fails, leaves that to the next one.
+        let carries = txnStart == 0
+        if carries {
+            // Transaction ids increase with the log; read, the counter also proves itself whole.
+            let last = try txn.metaUInt64(MetaKey.lastTxn, in: views) ?? 0
+            guard last < lsn else {
+                throw StrataError(.corruptRecord, "the meta entry 'lastTxn' (\(last)) is not below the next LSN (\(lsn)): the store is damaged")
+            }
+        }
+        var bits: UInt8 = origin == .server ? OperationBits.server : 0
+        if !annotation.isEmpty { bits |= OperationBits.annotation }
+        if carries {
+            bits |= OperationBits.carriesTransaction
+        } else if schema != txnSchema {
+            // A schema version only moves up within a transaction, by one (`baseCatalogVersion`).
+            bits |= OperationBits.schemaBump
+        }
         opBuf.reset()
         opBuf.append(RecordFormat.operationFormat)
         // The checksum, written by `seal` once the record is complete.
         opBuf.append([0, 0, 0, 0])
         opBuf.append(kind.rawValue)
-        opBuf.append(origin.rawValue)
-        opBuf.appendVarint(txnID)
-        opBuf.appendVarint(timestampMicros)
-        opBuf.appendVarint(baseCatalogVersion + (catalogChanged || tableChanged ? 1 : 0))
+        let flagsAt = opBuf.count
+        opBuf.append(0)
+        opBuf.appendVarint(carries ? 0 : lsn - txnStart)
+        if carries {
+            opBuf.appendVarint(timestampMicros)
+            opBuf.appendVarint(schema)
+        }
         opBuf.appendVarint(UInt64(keyBuf.count))
         opBuf.append(keyBuf.bytes)
         opBuf.appendVarint(try previousLSN(old))
-        let flagsAt = opBuf.count
-        opBuf.append(0)
-        opBuf.appendVarint(UInt64(annotation.count))
-        opBuf.append(annotation)
+        if !annotation.isEmpty {
+            opBuf.appendVarint(UInt64(annotation.count))
+            opBuf.append(annotation)
+        }
         let entriesStart = opBuf.count
         let flags = try rules(&opBuf)
         let oldFlags = old?.flags
         if opBuf.count == entriesStart && flags == oldFlags && annotation.isEmpty { return }
-        opBuf.bytes[flagsAt] = flags.rawValue
+        opBuf.bytes[flagsAt] = flags.rawValue | bits
         RecordChecksum.seal(&opBuf)
 
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
@@ -537,9 +561,10 @@ public final class Transaction {
             workingCatalog.tables[t.id] = t
             catalogChanged = true
         }
-        if !txnIDStored {
-            try txn.setMeta(MetaKey.lastTxn, txnID, in: views)
-            txnIDStored = true
+        if carries {
+            txnStart = lsn
+            txnSchema = schema
+            try txn.setMeta(MetaKey.lastTxn, lsn, in: views)
         }
         if store.options.checkInvariants { touched.insert(keyBuf.bytes) }
         if changes != nil { try recordChange(t, origin: origin, wasVisible: oldFlags.map { !$0.contains(.deleted) } ?? false, flags: flags) }

@@ -1,0 +1,156 @@
+import Foundation
+import LMDB
+@testable import Strata
+import Testing
+
+/// Log format 4 (``RecordFormat``): a transaction's header (id, time, schema version) is written
+/// once, in its first logged operation; the others name it by their distance back.
+@Suite struct CompactLogTests {
+    /// The raw records of the log, by LSN (from LMDB: checkpoint first is not needed, the log is
+    /// always LMDB's).
+    static func records(_ store: Store) throws -> [UInt64: [UInt8]] {
+        var out: [UInt64: [UInt8]] = [:]
+        try store.env.read { txn in
+            try txn.withCursor(store.views.log) { c in
+                var e = try c.first()
+                while let x = e {
+                    out[try Counter.lsn(key: x.key)] = Array(x.value)
+                    e = try c.next()
+                }
+            }
+        }
+        return out
+    }
+
+    static func header(_ record: [UInt8]?) throws -> OperationHeader {
+        let r = try #require(record)
+        return try withBytes(r) { (b) throws(StrataError) in try OperationHeader(b) }
+    }
+
+    @Test func theFirstLoggedOperationCarriesTheTransactionsHeader() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.write { tx in try tx.insert("tasks", ["id": 1, "title": "a"]) }
+            try store.write { tx in
+                // Neither an edit that changes nothing nor one that fails logs an operation, so
+                // neither may take the header with it.
+                try tx.update("tasks", key: 1, ["title": "a"])
+                #expect(throws: StrataError.self) { try tx.insert("tasks", ["id": 1, "title": "again"]) }
+                try tx.update("tasks", key: 1, ["title": "b"])
+                try tx.insert("tasks", ["id": 2, "title": "c"])
+                try tx.insert("tasks", ["id": 3, "title": "d"])
+            }
+            let ops = try store.read { try $0.operations() }
+            #expect(ops.map(\.lsn) == [1, 2, 3, 4])
+            #expect(ops.map(\.transactionID) == [1, 2, 2, 2])
+            #expect(Set(ops.dropFirst().map(\.timestamp)).count == 1 && ops[1].timestamp >= ops[0].timestamp)
+
+            let records = try Self.records(store)
+            #expect(records.values.allSatisfy { $0[0] == RecordFormat.operationFormat })
+            #expect(try [1, 2, 3, 4].map { try Self.header(records[$0]).carriesTransaction } == [true, true, false, false])
+            // What the header costs: two operations alike but for it differ by at least the
+            // timestamp (µs since 1970 takes 7 bytes as a varint).
+            try store.write { tx in
+                try tx.insert("tasks", ["id": 10, "title": "x"])
+                try tx.insert("tasks", ["id": 11, "title": "x"])
+            }
+            let r = try Self.records(store)
+            #expect(r[5]!.count - r[6]!.count >= 7, "the carrier \(r[5]!.count) bytes, the next \(r[6]!.count)")
+
+            // History reads each operation's transaction from its first operation.
+            #expect(try store.read { try $0.history("tasks", key: 3) }.map(\.transactionID) == [2])
+            #expect(try store.read { try $0.history("tasks", key: 1) }.map(\.transactionID) == [1, 2])
+        }
+    }
+
+    @Test func aSchemaChangeInsideATransactionIsRecordedPerOperation() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.createTable(.propertyBag("bag", key: [.string("k")]))
+            let before = try store.read { try $0.catalog.version }
+            try store.write { tx in
+                try tx.insert("tasks", ["id": 1, "title": "a"])
+                // A new property-bag field changes the schema within the transaction.
+                try tx.insert("bag", ["k": "x", "colour": "red"])
+                try tx.insert("tasks", ["id": 2, "title": "b"])
+            }
+            let ops = try store.read { try $0.operations() }
+            #expect(ops.map(\.schemaVersion) == [before, before + 1, before + 1])
+            #expect(try store.read { try $0.catalog.version } == before + 1)
+            let records = try Self.records(store)
+            #expect(try !Self.header(records[2]).carriesTransaction && !Self.header(records[3]).carriesTransaction)
+        }
+    }
+
+    @Test func compactionThatSplitsATransactionMovesItsHeader() throws {
+        try withStore { store, path in
+            try store.createTable(tasksSchema)
+            try store.write { tx in
+                for i in 1...6 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string("t\(i)")]) }
+                for i in 1...6 { try tx.acknowledge("tasks", key: .init(.int(Int64(i)))) }
+            }
+            try store.write { tx in
+                try tx.update("tasks", key: 1, ["title": "u"])
+                try tx.acknowledge("tasks", key: 1)
+            }
+            let before = try store.read { try $0.operations() }
+            #expect(before.count == 14 && before.prefix(12).allSatisfy { $0.transactionID == 1 })
+
+            // Horizon 5: the first transaction keeps 7 of its 12 operations.
+            let report = try store.compact(retaining: .operations(9))
+            #expect(report.horizon == 5 && report.foldedOperations == 5)
+            #expect(try store.read { try $0.operations() } == Array(before.dropFirst(5)))
+            var records = try Self.records(store)
+            #expect(try Self.header(records[6]).carriesTransaction && !Self.header(records[7]).carriesTransaction)
+            #expect(try store.verify().isConsistent)
+            #expect(try store.read { try $0.history("tasks", key: 6) }.map(\.lsn) == [6, 12])
+
+            // Again inside the same transaction: the header moves on.
+            try store.compact(retaining: .operations(5))
+            #expect(try store.read { try $0.operations() } == Array(before.dropFirst(9)))
+            records = try Self.records(store)
+            #expect(try Self.header(records[10]).carriesTransaction && !Self.header(records[11]).carriesTransaction)
+
+            // A reopened store, a rebuild and a replay read the same log.
+            store.close()
+            let reopened = try Store(path: path)
+            defer { reopened.close() }
+            #expect(try reopened.read { try $0.operations() } == Array(before.dropFirst(9)))
+            try reopened.rebuild()
+            #expect(try reopened.verify().isConsistent)
+            try withTemporaryFolder { copy in
+                let replayed = try reopened.replay(into: copy + "/replayed")
+                defer { replayed.close() }
+                #expect(try replayed.read { try $0.operations() } == Array(before.dropFirst(9)))
+            }
+        }
+    }
+
+    /// A damaged format byte cannot make a record read in the other layout: format 4's checksum
+    /// covers its format byte, format 3's does not cover it but differs from format 4's.
+    @Test func aFormatByteTurnedIntoTheOtherLayoutIsDamage() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.write { tx in
+                try tx.insert("tasks", ["id": 1, "title": "a"])
+                try tx.insert("tasks", ["id": 2, "title": "b"])
+            }
+            let records = try Self.records(store)
+            for lsn: UInt64 in [1, 2] {
+                var r = try #require(records[lsn])
+                #expect(r.withUnsafeBytes { RecordChecksum.status($0, lsn: lsn, checksumsFrom: 1) } == .valid)
+                r[0] = 3
+                let status = r.withUnsafeBytes { RecordChecksum.status($0, lsn: lsn, checksumsFrom: 1) }
+                #expect(status == .damaged("its checksum does not match its content"), "LSN \(lsn): \(status)")
+            }
+            // A format-3 record (sealed as format 3 wrote it) read as format 4.
+            var w = ByteWriter()
+            w.append(records[1]!)
+            w.bytes[0] = 3
+            RecordChecksum.seal(&w)
+            #expect(w.withUnsafeBytes { RecordChecksum.status($0, lsn: 1, checksumsFrom: 1) } == .valid)
+            w.bytes[0] = 4
+            #expect(w.withUnsafeBytes { RecordChecksum.status($0, lsn: 1, checksumsFrom: 1) } != .valid)
+        }
+    }
+}
