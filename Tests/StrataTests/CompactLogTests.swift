@@ -122,6 +122,13 @@ import Testing
                 let replayed = try reopened.replay(into: copy + "/replayed")
                 defer { replayed.close() }
                 #expect(try replayed.read { try $0.operations() } == Array(before.dropFirst(9)))
+                // Salvage finds the moved header (LMDB may also have left the record's older
+                // copy, without it, in the file): nothing is estimated.
+                let salvage = try Store.salvage(from: path, into: copy + "/salvaged")
+                #expect(salvage.operationsWithEstimatedTime == 0 && salvage.recoveredOperations == 5, "\(salvage)")
+                let salvaged = try Store(path: copy + "/salvaged")
+                defer { salvaged.close() }
+                #expect(try salvaged.read { try $0.operations() } == Array(before.dropFirst(9)))
             }
         }
     }

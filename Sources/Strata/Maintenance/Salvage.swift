@@ -108,14 +108,16 @@ extension Store {
             report.horizon = meta.horizon
 
             // Every operation whose checksum holds (when it has one) and that decodes; the first
-            // such copy of an LSN wins (LMDB leaves older copies of pages behind, and an operation is
-            // never rewritten, so intact copies agree). Without the damaged store's `checksumsFrom`,
+            // such copy of an LSN wins (LMDB leaves older copies of pages behind, and intact copies
+            // agree: an operation is rewritten only when compaction moves its transaction's header
+            // into it, and then a copy that carries the header wins over one that does not). Without the damaged store's `checksumsFrom`,
             // operations without a checksum are taken at any LSN: recovering more is the point here.
             let checksumsFrom = meta.checksumsFrom ?? .max
             var operations: [UInt64: [UInt8]] = [:]
             var damaged = Set<UInt64>()
             var lastTxn = meta.lastTxn
-            for (lsn, record) in scan.logCandidates where operations[lsn] == nil {
+            func carries(_ record: [UInt8]) -> Bool { withBytes(record) { (b) -> Bool in (try? OperationHeader(b).carriesTransaction) ?? false } }
+            for (lsn, record) in scan.logCandidates where operations[lsn].map({ !carries($0) && carries(record) }) ?? true {
                 guard lsn > meta.horizon, lsn <= Counter.limit else { continue }
                 let valid: Bool = withBytes(record) { (b) -> Bool in
                     if case .damaged = RecordChecksum.status(b, lsn: lsn, checksumsFrom: checksumsFrom) {
