@@ -133,6 +133,33 @@ import Testing
         }
     }
 
+    /// `verify` names an operation whose transaction header no earlier operation carries (here
+    /// the first operation of a transaction, removed behind the store's back).
+    @Test func verifyNamesOperationsWhoseTransactionHeaderIsMissing() throws {
+        try withTemporaryFolder { path in
+            do {
+                let store = try Store(path: path)
+                defer { store.close() }
+                try store.createTable(tasksSchema)
+                try store.write { tx in for i in 1...3 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) } }
+                try store.write { tx in try tx.insert("tasks", ["id": 4, "title": "t"]) }
+                try store.checkpoint()
+                #expect(try store.verify().isConsistent)
+            }
+            let env = try Environment(path: path, options: { var o = EnvironmentOptions(); o.maxDatabases = 16; return o }())
+            let log = try env.write { try $0.openDatabase("log") }
+            try env.write { _ = try $0.delete(withUnsafeBytes(of: UInt64(1).bigEndian) { Array($0) }, in: log) }
+            let store = try Store(path: path)
+            defer { store.close() }
+            let report = try store.verify()
+            #expect(!report.isConsistent)
+            #expect(report.damagedOperations.map(\.lsn) == [2, 3], "\(report)")
+            #expect(report.description.contains("belongs to transaction 1, but no operation of that transaction before it in the log carries"), "\(report)")
+            let e = #expect(throws: StrataError.self) { try store.read { try $0.operations() } }
+            #expect(e?.code == .corruptRecord && e?.message.contains("operation 2 belongs to transaction 1") == true, "\(String(describing: e))")
+        }
+    }
+
     /// A damaged format byte cannot make a record read in the other layout: format 4's checksum
     /// covers its format byte, format 3's does not cover it but differs from format 4's.
     @Test func aFormatByteTurnedIntoTheOtherLayoutIsDamage() throws {

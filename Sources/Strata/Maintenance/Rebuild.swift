@@ -252,11 +252,18 @@ extension Store {
     }
 
     /// Checks the checksum of every operation of `views`' log (read through `reader`) up to
-    /// LSN `through`, collecting the damaged ones rather than stopping at the first.
+    /// LSN `through`, collecting the damaged ones rather than stopping at the first; and that
+    /// each operation's transaction header is where readers look for it (``RecordFormat``: in
+    /// the first operation of its transaction in the log, and a transaction's operations are
+    /// consecutive, so in the last operation before it that carries one).
     ///
     /// - Complexity: O(b) for b bytes of operations.
     static func checkLog(from reader: some ReadableTransaction, _ views: StoreDatabases, through: UInt64) throws(StrataError) -> LogChecks {
         var checks = LogChecks(checksumsFrom: try reader.checksumsFrom(in: views))
+        var carried: UInt64? = nil
+        // After a damaged record, which may have been a transaction's first, the rest of its
+        // transaction is not blamed for a header it could not read.
+        var afterDamage = false
         try reader.scan(views.log) { c in
             var e = try c.first()
             while let entry = e {
@@ -266,7 +273,20 @@ extension Store {
                 switch RecordChecksum.status(entry.value, lsn: lsn, checksumsFrom: checks.checksumsFrom) {
                 case .valid: break
                 case .absent: checks.unchecksummed += 1
-                case .damaged(let why): checks.damaged.append((lsn, why))
+                case .damaged(let why):
+                    checks.damaged.append((lsn, why))
+                    afterDamage = true
+                    e = try c.next()
+                    continue
+                }
+                // A record that does not parse is left to the fold, which names what is wrong.
+                if let header = try? OperationHeader(entry.value), let id = try? header.transactionID(at: lsn) {
+                    if header.carriesTransaction {
+                        carried = id
+                        afterDamage = false
+                    } else if carried != id && !afterDamage {
+                        checks.damaged.append((lsn, "it belongs to transaction \(id), but no operation of that transaction before it in the log carries the transaction's header"))
+                    }
                 }
                 e = try c.next()
             }
