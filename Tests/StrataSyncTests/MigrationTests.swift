@@ -155,6 +155,18 @@ import Testing
             #expect(all.suffix(3).map(\.lsn) == [24, 25, 26])
             #expect(try store.read { try $0.history("tasks", key: 5) }.map(\.lsn) == [18, 21, 24])
             #expect(try store.read { try $0.history("tasks", key: 2) }.map(\.lsn) == [2, 7, 16, 19, 26])
+            // Time travel folds a row's chain across the formats.
+            let asOf: [UInt64: [String]] = try store.read { s in
+                var out: [UInt64: [String]] = [:]
+                for lsn: UInt64 in [16, 19, 25, 26] {
+                    let r = try #require(try s.row("tasks", key: 2, asOf: lsn))
+                    out[lsn] = ["\(r["priority"])", "\(r["notes"])"]
+                }
+                return out
+            }
+            #expect(asOf == [16: ["5", "null"], 19: ["4", "null"], 25: ["4", "null"], 26: ["4", "\"soon\""]], "\(asOf)")
+            #expect(try store.read { try $0.row("tasks", key: 5, asOf: 24)?["priority"] } == 3)
+            #expect(try store.read { try $0.row("tasks", key: 5, asOf: 21)?["priority"] } == 2)
 
             #expect(try store.verify().isConsistent)
             _ = try store.rebuild()
