@@ -37,10 +37,10 @@ import LMDB
 /// version (``TransactionHeader``) — is written once: in the transaction's first operation,
 /// which carries it. The transaction id is that operation's LSN, so every operation names its
 /// transaction by `txnOffset`, the distance back to it (0 in the first), and finds the header in
-/// the first operation of its transaction still in the log. Compaction never splits a
-/// transaction (it keeps a transaction whole or folds it whole) and salvage rewrites the first
-/// operation it keeps of a transaction whose first one is lost to carry a header, so that
-/// operation always carries one. A single-edit transaction pays nothing for this: its one
+/// the first operation of its transaction still in the log, which always carries one: a
+/// compaction whose horizon splits a transaction rewrites the operation after the horizon to
+/// carry it (the one rewrite of an operation, changing nothing it says), and salvage does the same
+/// for the first operation it keeps of a transaction whose first one is lost. A single-edit transaction pays nothing for this: its one
 /// operation carries the header, which costs what every operation cost before.
 ///
 /// Before format 4 every operation carried everything (formats 1 to 3):
@@ -52,8 +52,8 @@ import LMDB
 /// From format 3 on, the format byte is followed by a **checksum**: the CRC-32C (``CRC32C``) of
 /// every byte after it — the rest of the header and the field entries — little-endian; from
 /// format 4 on it covers the format byte too, so a damaged format byte cannot make a record read
-/// in the other layout. It is
-/// computed once, when the write path has built the record, and checked where the log is read
+/// in the other layout. It is computed once, when the write path has built the record (or
+/// compaction or salvage has rewritten it), and checked where the log is read
 /// as evidence: `verify`, `rebuild`, `replay`, `compact`, `salvage`, the fold of a log tail when
 /// a store opens, and the history reads (``Snapshot/history(_:key:)``, `strata log`); see
 /// ``RecordChecksum``. The format byte itself is covered by the store: every operation from
@@ -68,7 +68,7 @@ import LMDB
 /// operations of a row form a chain through the log, so a row's history costs no index — and no
 /// extra random page write per edit.
 ///
-/// and says what the row *is* after the operation: the new entry of every field it touched (a
+/// An operation says what the row *is* after it: the new entry of every field it touched (a
 /// clean null entry removes the field) and the row's new flags (`gone` removes the row). Applying
 /// an operation is therefore mechanical — see ``RowFold`` — and the rules that decide what an edit
 /// does live only in the write path (`EditRules.swift`).
