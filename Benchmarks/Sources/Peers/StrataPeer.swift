@@ -18,6 +18,9 @@ public final class StrataPeer: Peer {
         options.initialMapSize = 1 << 30
         // STRATA_FOLD_WORKERS=1 measures the sequential fold against the parallel one in one build.
         if let workers = ProcessInfo.processInfo.environment["STRATA_FOLD_WORKERS"].flatMap(Int.init) { options.foldWorkers = workers }
+        // STRATA_OVERLAY_MIB sets StoreOptions.overlayBudget: how often the edit phase checkpoints,
+        // against the file's size (a checkpoint's copy-on-write pages set the file's high-water mark).
+        if let mib = ProcessInfo.processInfo.environment["STRATA_OVERLAY_MIB"].flatMap(Int.init) { options.overlayBudget = mib << 20 }
         store = try Store(path: folder, options: options)
         if try store.tables.isEmpty { try store.createTable(ReferenceWorkload.schema) }
     }
