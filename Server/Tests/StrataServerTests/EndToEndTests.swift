@@ -105,10 +105,13 @@ struct EndToEndTests {
         let pending = try await c.store.read { try $0.pendingRows() }
         let lsnBefore = try await c.store.read { try $0.lastLSN }
         var accepted = Set<String>()
-        // Fields ("key field") whose conflict this cycle settled for the server: the app chose to
-        // drop their local values. (A conflict found by a cycle that a fault ended is settled by
-        // a later one, so its merge's audit is not among this cycle's operations.)
+        // Fields ("key field") and rows whose conflict this cycle settled for the server: the app
+        // chose to drop their local values (a delete, for a row). A conflict found by a cycle that
+        // a fault ended is settled by a later one, so its merge's audit is not among this cycle's
+        // operations.
         var resolvedForServer = Set<String>()
+        var rowsResolvedForServer = Set<RowKey>()
+        var rowsRemovedForServer = Set<RowKey>()
         for _ in 0..<4 {
             do {
                 failures += try await c.sync.sync(with: c.transport, maxAttempts: 3, backoff: .milliseconds(5)).retries
@@ -120,7 +123,12 @@ struct EndToEndTests {
             for conflict in try c.sync.conflicts() {
                 let side: SyncClient.Choice = g.below(2) == 0 ? .server : .local
                 try c.sync.resolve(conflict.table, key: conflict.key, with: side)
-                if side == .server { resolvedForServer.formUnion(conflict.fields.map { "\(conflict.key) \($0)" }) }
+                if side == .server {
+                    resolvedForServer.formUnion(conflict.fields.map { "\(conflict.key) \($0)" })
+                    rowsResolvedForServer.insert(conflict.key)
+                    // The server's side of a server delete is no row: every local field goes.
+                    if conflict.isDeletedOnServer { rowsRemovedForServer.insert(conflict.key) }
+                }
             }
             if try await c.store.read({ try $0.pendingRows().filter { !$0.isConflicted }.isEmpty }) { break }
         }
@@ -132,13 +140,13 @@ struct EndToEndTests {
             if row.status == .deleted {
                 let keyText = String(decoding: try WireFormat.encode(row.key.values), as: UTF8.self)
                 let live = try db.sql("SELECT count(*) FROM strata_rows WHERE tbl = 'tasks' AND key = '\(keyText)' AND NOT deleted")
-                let ok = accepted.contains("\(row.key) <delete>") || conflictKeys.contains(row.key) || live.hasPrefix("0")
+                let ok = accepted.contains("\(row.key) <delete>") || conflictKeys.contains(row.key) || rowsResolvedForServer.contains(row.key) || live.hasPrefix("0")
                 #expect(ok, "\(context): client \(c.id)'s delete of \(row.key) vanished")
                 continue
             }
             let fields = row.status == .inserted ? row.fieldNames.filter { $0 != "id" && !row[$0].isNull } : row.changedFields
             for f in fields {
-                let ok = accepted.contains("\(row.key) \(f) \(row[f])") || decided.contains("\(f) \(row[f])") || resolvedForServer.contains("\(row.key) \(f)")
+                let ok = accepted.contains("\(row.key) \(f) \(row[f])") || decided.contains("\(f) \(row[f])") || resolvedForServer.contains("\(row.key) \(f)") || rowsRemovedForServer.contains(row.key)
                 #expect(ok, "\(context): client \(c.id)'s value \(row[f]) for \(row.key).\(f) vanished")
             }
         }

@@ -76,7 +76,11 @@ public struct Conflict: Sendable, Hashable {
     public let key: RowKey
     /// What collided.
     public let kind: Kind
-    /// The fields that differ (for a delete conflict, every field the surviving side has).
+    /// The fields in conflict: for ``Kind/fields`` and ``Kind/insertInsert``, those the two sides
+    /// set to different values; for a delete conflict, those the surviving side changed (the
+    /// device's edits when the server deleted the row, the server's changes when the device did).
+    /// Resolving a ``Kind/localUpdateServerDelete`` for the server removes the whole row, fields
+    /// not listed here included.
     public let fields: [String]
     /// The values the server last confirmed before this delta (empty for ``Kind/insertInsert``).
     public let base: [String: Value]
