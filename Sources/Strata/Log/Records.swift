@@ -364,8 +364,10 @@ struct OperationHeader {
 /// compaction (when it splits a transaction) and salvage (when a transaction's first operation
 /// is lost).
 enum OperationRecord {
-    /// The format-4 operation `record` rewritten to carry `transaction`'s header, keeping its
-    /// distance back to its transaction (so its transaction id) and everything else.
+    /// The format-4 operation `record` rewritten to carry the header of its transaction
+    /// (`transaction`, as the transaction's first operation carried it), keeping its distance
+    /// back to the transaction (so its id) and everything else; the schema version it carries
+    /// is its own.
     static func carrying(_ transaction: TransactionHeader, _ record: UnsafeRawBufferPointer) throws(StrataError) -> [UInt8] {
         let header = try OperationHeader(record)
         guard header.format >= RecordFormat.compactFormat else { return Array(record) }
@@ -380,7 +382,7 @@ enum OperationRecord {
         w.append(bits & ~OperationBits.schemaBump | OperationBits.carriesTransaction)
         w.appendVarint(offset)
         w.appendVarint(transaction.timestampMicros)
-        w.appendVarint(transaction.schemaVersion)
+        w.appendVarint(header.schemaVersion(in: transaction))
         w.appendVarint(UInt64(header.target.count))
         w.append(UnsafeRawBufferPointer(rebasing: record[header.target.lowerBound...]))
         RecordChecksum.seal(&w)

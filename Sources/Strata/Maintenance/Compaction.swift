@@ -250,8 +250,7 @@ extension Store {
         let header = try OperationHeader(next)
         if header.carriesTransaction { return nil }
         var cache: TransactionHeader? = nil
-        var transaction = try reader.transactionHeader(of: header, at: horizon + 1, log: views.log, checksumsFrom: checksumsFrom, cache: &cache)
-        transaction.schemaVersion = header.schemaVersion(in: transaction)
+        let transaction = try reader.transactionHeader(of: header, at: horizon + 1, log: views.log, checksumsFrom: checksumsFrom, cache: &cache)
         return (key, try OperationRecord.carrying(transaction, next))
     }
 

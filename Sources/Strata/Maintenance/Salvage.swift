@@ -263,7 +263,7 @@ extension Store {
                 if estimatedIDs.contains(id) { estimated += 1 }
                 continue
             }
-            var transaction: TransactionHeader
+            let transaction: TransactionHeader
             if let first = recovered[id], let t = try withBytes(first, { (b) throws(StrataError) in try OperationHeader(b).carriedTransaction(at: id) }) {
                 transaction = t
             } else {
@@ -271,7 +271,6 @@ extension Store {
                 estimatedIDs.insert(id)
                 estimated += 1
             }
-            transaction.schemaVersion = header.schemaVersion(in: transaction)
             kept[i].record = try withBytes(record) { (b) throws(StrataError) in try OperationRecord.carrying(transaction, b) }
             carried.insert(id)
             previous = transaction
