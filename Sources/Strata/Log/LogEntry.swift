@@ -114,16 +114,16 @@ public struct LogEntry: Sendable, Hashable {
 
     /// Decodes the operation stored at `lsn`, after checking its checksum (see
     /// ``RecordChecksum``; `checksumsFrom` is the first LSN that must carry one). `transaction`
-    /// finds the header of the operation's transaction when the record does not carry it
-    /// (``ReadableTransaction/transactionHeader(of:at:log:checksumsFrom:cache:)``).
+    /// gives the header of the operation's transaction, the record's own when it carries one
+    /// (``ReadableTransaction/transactionHeader(of:at:log:checksumsFrom:cache:)``, which also
+    /// remembers a carried header for the operations after it).
     init(
         lsn: UInt64, record: UnsafeRawBufferPointer, catalog: Catalog, checksumsFrom: UInt64,
         transaction: (OperationHeader) throws(StrataError) -> TransactionHeader
     ) throws(StrataError) {
         try RecordChecksum.check(record, lsn: lsn, checksumsFrom: checksumsFrom)
         let h = try OperationHeader(record)
-        let txn: TransactionHeader
-        if let carried = try h.carriedTransaction(at: lsn) { txn = carried } else { txn = try transaction(h) }
+        let txn = try transaction(h)
         guard let kind = Kind(rawValue: h.kind) else { throw StrataError(.corruptRecord, "operation \(lsn) has unknown kind \(h.kind)") }
         guard let origin = Origin(rawValue: h.origin) else { throw StrataError(.corruptRecord, "operation \(lsn) has unknown origin \(h.origin)") }
         let t = try catalog.table(id: h.tableID(in: record))
