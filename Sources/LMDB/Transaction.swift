@@ -94,6 +94,11 @@ extension ReadableTransaction {
     /// sees; for a write transaction, the id its commit will have.
     package var id: Int { mdb_txn_id(handle) }
 
+    /// The id of the committed transaction whose state this one reads: a read transaction's own
+    /// id; for a write transaction (or its ``WriteTransaction/reader``), the last commit, one
+    /// below the id its own commit will have.
+    package var snapshotID: Int { lent.writing ? id - 1 : id }
+
     /// Statistics of `db`, including its number of entries.
     package func stats(_ db: Database) throws(LMDBError) -> DatabaseStats {
         var s = MDB_stat()

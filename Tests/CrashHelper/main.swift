@@ -22,6 +22,11 @@ import StrataSync
 //     Creates a table "t" with one row updated until the log holds <operations> operations on
 //     it (for measuring `strata history` on a long history), prints "OK".
 //
+//   strata-crash-helper insert-and-exit <store> <id>
+//     Opens the store, inserts row <id> into its table "t" (fields id, v) in one write, prints
+//     "OK" and exits without closing: the process makes exactly that one commit (a close would
+//     add a checkpoint's).
+//
 //   strata-crash-helper wide-row <store> <fields>
 //     Creates a property bag "bag" with one pending row of <fields> fields (for measuring
 //     `strata export` and `strata pending` on a wide row), prints "OK".
@@ -63,6 +68,15 @@ if arguments.count == 4, arguments[1] == "read-and-wait" || arguments[1] == "che
         say("R")
         while true { sleep(60) }
     }
+}
+
+if arguments.count == 4, arguments[1] == "insert-and-exit", let id = Int64(arguments[3]) {
+    var options = StoreOptions()
+    options.createIfMissing = false
+    let store = try Store(path: arguments[2], options: options)
+    try store.write { try $0.insert("t", ["id": .int(id), "v": "from another process"]) }
+    say("OK")
+    exit(0)
 }
 
 if arguments.count == 4, arguments[1] == "open" {

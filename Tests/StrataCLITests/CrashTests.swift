@@ -225,6 +225,38 @@ final class KilledWriter {
     }
 }
 
+extension TwoProcessTests {
+    /// A write that fails in this process must leave nothing that a later snapshot could take
+    /// for another process's commit. LMDB gives an aborted write's transaction id to the next
+    /// commit; the overlay this process published used to be stamped with the id the failed
+    /// write would have had, so a snapshot of the other process's commit (which took that id)
+    /// was handed the old overlay unchecked, and the other process's row was missing.
+    @Test func aFailedWriteDoesNotHideTheNextCommitOfAnotherProcess() throws {
+        struct Refused: Error {}
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-2proc-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let store = try Store(path: path)
+        try store.createTable(.fixed("t", fields: [.int("id"), .string("v")]))
+        try store.write { try $0.insert("t", ["id": 1, "v": "here"]) }
+        let before = try store.read { try $0.lastLSN }
+        #expect(throws: Refused.self) {
+            try store.write { tx in
+                try tx.insert("t", ["id": 3, "v": "rolled back"])
+                throw Refused()
+            }
+        }
+        let other = try ResourceLimitTests.runHelper(["insert-and-exit", path, "2"])
+        try #require(other.status == 0 && other.lines == ["OK"], "the other process failed: \(other.lines)")
+        let (keys, lastLSN, pending) = try store.read { snap in
+            (try snap.rows("t").map(\.key), try snap.lastLSN, try snap.pendingRows("t").map(\.key))
+        }
+        #expect(keys == [1, 2], "rows seen after the other process's commit")
+        #expect(pending == [1, 2])
+        #expect(lastLSN == before + 1)
+        #expect(try store.verify().isConsistent)
+    }
+}
+
 @Suite struct ResourceLimitTests {
     /// Runs the crash helper to completion and returns its output lines.
     static func runHelper(_ arguments: [String]) throws -> (status: Int32, lines: [String]) {

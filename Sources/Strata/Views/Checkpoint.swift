@@ -41,7 +41,11 @@ extension Store {
     ///   lookups); otherwise O(k log n) for the k operations of the tail.
     func overlayVersion(for txn: LMDB.ReadTransaction) throws(StrataError) -> OverlayVersion {
         var o = overlay.current
-        let id = txn.id
+        // The committed state the snapshot reads, not `txn.id`: a write transaction's id is the
+        // one its commit will have, and a version stamped with it would be taken, unchecked, by
+        // a reader of that commit before the writer publishes the commit's own version (or, if
+        // the write aborts, by a reader of whichever commit reuses the id).
+        let id = txn.snapshotID
         if o.lmdbTxnID == id { return o }
         let end = try txn.lastLSN(in: views)
         let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? end
