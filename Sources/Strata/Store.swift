@@ -313,7 +313,11 @@ public final class Store: Sendable {
                             }
                         }
                     }
-                    working.version.lmdbTxnID = txn.id
+                    // Not stamped with `txn.id`: LMDB gives that id to this commit only if it
+                    // writes something (a write transaction that changed nothing commits nothing,
+                    // and the next commit, perhaps another process's, takes the id). The first
+                    // snapshot to use this version checks it against the log instead, and stamps it.
+                    working.version.lmdbTxnID = 0
                     committedOverlay = working.version
                 }
             }

@@ -27,6 +27,9 @@ import StrataSync
 //     "OK" and exits without closing: the process makes exactly that one commit (a close would
 //     add a checkpoint's).
 //
+//   strata-crash-helper checkpoint <store>
+//     Opens the store, checkpoints (its overlay is the log's tail, folded on open), prints "OK".
+//
 //   strata-crash-helper wide-row <store> <fields>
 //     Creates a property bag "bag" with one pending row of <fields> fields (for measuring
 //     `strata export` and `strata pending` on a wide row), prints "OK".
@@ -68,6 +71,15 @@ if arguments.count == 4, arguments[1] == "read-and-wait" || arguments[1] == "che
         say("R")
         while true { sleep(60) }
     }
+}
+
+if arguments.count == 3, arguments[1] == "checkpoint" {
+    var options = StoreOptions()
+    options.createIfMissing = false
+    let store = try Store(path: arguments[2], options: options)
+    try store.checkpoint()
+    say("OK")
+    exit(0)
 }
 
 if arguments.count == 4, arguments[1] == "insert-and-exit", let id = Int64(arguments[3]) {

@@ -1,5 +1,5 @@
 import Foundation
-import Strata
+@testable import Strata
 import StrataWorkload
 import Synchronization
 import Testing
@@ -254,6 +254,57 @@ extension TwoProcessTests {
         #expect(pending == [1, 2])
         #expect(lastLSN == before + 1)
         #expect(try store.verify().isConsistent)
+    }
+
+    /// The same for a write that succeeds but changes nothing: LMDB commits nothing for it, and
+    /// gives its transaction id to the next commit. The overlay version it published used to be
+    /// stamped with that id, so the next write here took it as current, unchecked, missed the
+    /// other process's row, and a later checkpoint wrote views without it (the log kept it:
+    /// `verify` named the difference). Seen in `SharedOpenProcessTests`, where the crash
+    /// helper's writes that change nothing met this process's writes.
+    @Test func aWriteThatChangesNothingDoesNotHideTheNextCommitOfAnotherProcess() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-2proc-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let store = try Store(path: path)
+        try store.createTable(.fixed("t", fields: [.int("id"), .string("v")]))
+        try store.write { try $0.insert("t", ["id": 1, "v": "here"]) }
+        try store.write { _ in }
+        let other = try ResourceLimitTests.runHelper(["insert-and-exit", path, "2"])
+        try #require(other.status == 0 && other.lines == ["OK"], "the other process failed: \(other.lines)")
+        try store.write { try $0.update("t", key: 1, ["v": "changed"]) }
+        #expect(try store.read { try $0.rows("t").map(\.key) } == [1, 2])
+        try store.checkpoint()
+        let report = try store.verify()
+        #expect(report.isConsistent, "\(report)")
+    }
+
+    /// A process that only reads keeps no more overlay than the writing process has not
+    /// checkpointed: once the other process checkpoints, the entries this one folded from the
+    /// log's tail are in the views, and its next snapshot drops them instead of carrying them
+    /// (and everything folded after them) for as long as it stays open.
+    @Test func aReadingProcessDropsTheOverlayAnotherProcessCheckpointed() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-2proc-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let creator = try Store(path: path)
+        try creator.createTable(.fixed("t", fields: [.int("id"), .string("v")]))
+        creator.close()
+        // A write left in the log's tail, by a process that did not checkpoint.
+        let first = try ResourceLimitTests.runHelper(["insert-and-exit", path, "1"])
+        try #require(first.status == 0 && first.lines == ["OK"], "the other process failed: \(first.lines)")
+        var options = StoreOptions()
+        options.createIfMissing = false
+        let reader = try Store(path: path, options: options)
+        #expect(try reader.read { try $0.count("t") } == 1)
+        let folded = reader.overlay.current
+        #expect(folded.bytes > 0, "the reader folded the tail into its overlay")
+        // The other process checkpoints what this one has already folded.
+        let other = try ResourceLimitTests.runHelper(["checkpoint", path])
+        try #require(other.status == 0 && other.lines == ["OK"], "the other process failed: \(other.lines)")
+        #expect(try reader.read { try $0.count("t") } == 1)
+        let after = reader.overlay.current
+        #expect(after.base > folded.base, "the overlay starts at the other process's checkpoint")
+        #expect(after.bytes == 0 && after.isEmpty, "the reader still holds \(after.bytes) bytes the views have")
+        #expect(try reader.verify().isConsistent)
     }
 }
 

@@ -52,9 +52,14 @@ extension Store {
         guard viewsLSN <= end else {
             throw StrataError(.corruptRecord, "the views of the store at '\(path)' claim LSN \(viewsLSN), past the end of its log (\(end))")
         }
-        // The version fits when it goes exactly to the log's end and starts no later than the
-        // checkpointed views: views ⊕ overlay is then the fold of the whole log.
-        if !(o.base <= viewsLSN && viewsLSN <= o.lsn && o.lsn <= end) { o = .empty(at: viewsLSN) }
+        // The version fits when it starts at the checkpointed views and goes no further than
+        // the log's end: views ⊕ overlay is then the fold of the whole log. One that starts
+        // before them (another process checkpointed) would also read right, but it would keep
+        // entries the views already hold, and a process that only reads would never drop them:
+        // its overlay would grow with everything the other process writes. So it starts over
+        // from the views; the tail to fold is what the other process has not checkpointed,
+        // which its own budget bounds.
+        if !(o.base == viewsLSN && o.lsn <= end) { o = .empty(at: viewsLSN) }
         if o.lsn < end { o = try foldTail(onto: o, through: end, txn) }
         o.lmdbTxnID = id
         overlay.publish(o)
@@ -102,10 +107,13 @@ extension Store {
     }
 
     /// Writes the overlay into the views in LMDB (a checkpoint of its own, outside any write), so
-    /// that the next open has no tail to fold. Nothing happens when the overlay is empty.
+    /// that the next open has no tail to fold. Nothing happens when the views are already
+    /// current (no operation after them, here or in another process).
     public func checkpoint() throws(StrataError) {
         try strataErrors {
-            guard !overlay.current.isEmpty else { return }
+            // A snapshot first: it folds a log tail left by another process (or before the last
+            // open) into the overlay, which until then does not hold it.
+            guard try read({ _ in !overlay.current.isEmpty }) else { return }
             try write { $0.requestCheckpoint() }
         }
     }
