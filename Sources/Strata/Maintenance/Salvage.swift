@@ -98,8 +98,10 @@ extension Store {
             report.pages = scan.pageCount
             report.unreadablePages = scan.unreadable
 
-            // The newest readable meta page: the one with the highest lastTxn, then catalog version.
-            guard let meta = scan.metaCandidates.max(by: { ($0.lastTxn, $0.catalogVersion) < ($1.lastTxn, $1.catalogVersion) }),
+            // The newest readable meta page: the one with the highest lastTxn, then horizon, then
+            // catalog version (each only grows). The horizon matters: a compaction changes neither
+            // of the others, and the meta page it replaced is often still in the file.
+            guard let meta = scan.metaCandidates.max(by: { ($0.lastTxn, $0.horizon, $0.catalogVersion) < ($1.lastTxn, $1.horizon, $1.catalogVersion) }),
                   let catalogBytes = meta.entries[MetaKey.catalog]
             else {
                 throw StrataError(.corruptRecord, "no readable schema catalog in '\(damaged)': the meta pages are damaged, so nothing can be salvaged")
