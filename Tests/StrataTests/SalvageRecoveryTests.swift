@@ -34,6 +34,30 @@ import Testing
         #expect(try store.verify().isConsistent)
     }
 
+    /// The damaged store's last transaction is lost whole: its id (the LSN of its first
+    /// operation) is above every LSN recovered, and the salvaged store must still take writes.
+    @Test func aStoreWhoseLastTransactionIsLostTakesWritesAfterSalvage() throws {
+        try withTemporaryFolder { base in
+            let (damaged, recovered) = (base + "/damaged", base + "/recovered")
+            let last: UInt64 = try {
+                let store = try Store(path: damaged)
+                defer { store.close() }
+                try store.createTable(tasksSchema)
+                try store.write { tx in
+                    for i in 1...40 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string(String(repeating: "x", count: 200))]) }
+                }
+                try store.write { tx in try tx.update("tasks", key: 40, ["title": "last"]) }
+                try store.checkpoint()
+                return try store.read { try $0.operations().last!.lsn }
+            }()
+            try Self.zeroLogPage(damaged, holding: last)
+            let report = try Store.salvage(from: damaged, into: recovered)
+            let kept = try #require(report.recoveredRange)
+            #expect(kept.upperBound < last, "\(report)")
+            try Self.writeAndSync(recovered, newKey: 1_000)
+        }
+    }
+
     /// A store of five acknowledged rows, compacted through LSN 10 to an empty log.
     static func makeStoreCompactedToAnEmptyLog(_ path: String) throws {
         let store = try Store(path: path)
@@ -54,6 +78,15 @@ import Testing
             try Self.makeStoreCompactedToAnEmptyLog(base + "/damaged")
             let report = try Store.salvage(from: base + "/damaged", into: base + "/recovered")
             #expect(report.horizon == 10 && report.recoveredOperations == 0, "\(report)")
+        }
+    }
+
+    /// A store compacted to an empty log: nothing is recovered, and the new store takes writes.
+    @Test func aStoreCompactedToAnEmptyLogTakesWritesAfterSalvage() throws {
+        try withTemporaryFolder { base in
+            try Self.makeStoreCompactedToAnEmptyLog(base + "/damaged")
+            _ = try Store.salvage(from: base + "/damaged", into: base + "/recovered")
+            try Self.writeAndSync(base + "/recovered", newKey: 1_000)
         }
     }
 }

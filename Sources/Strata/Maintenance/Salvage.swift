@@ -117,7 +117,6 @@ extension Store {
             let checksumsFrom = meta.checksumsFrom ?? .max
             var operations: [UInt64: [UInt8]] = [:]
             var damaged = Set<UInt64>()
-            var lastTxn = meta.lastTxn
             func carries(_ record: [UInt8]) -> Bool { withBytes(record) { (b) -> Bool in (try? OperationHeader(b).carriesTransaction) ?? false } }
             for (lsn, record) in scan.logCandidates where operations[lsn].map({ !carries($0) && carries(record) }) ?? true {
                 guard lsn > meta.horizon, lsn <= Counter.limit else { continue }
@@ -136,10 +135,7 @@ extension Store {
                     else { return false }
                     return true
                 }
-                if valid {
-                    operations[lsn] = record
-                    lastTxn = max(lastTxn, withBytes(record) { (b) -> UInt64 in (try? OperationHeader(b).transactionID(at: lsn)) ?? 0 })
-                }
+                if valid { operations[lsn] = record }
             }
 
             // Per row, keep the newest unbroken chain of operations.
@@ -179,6 +175,16 @@ extension Store {
                 }
             }
             kept.sort { $0.lsn < $1.lsn }
+            // The new store's last transaction id: the largest among the operations it keeps (0
+            // for none), not the damaged store's, which may name a transaction the new log lost
+            // (its first operation at or after the new log's end): a write refuses a `lastTxn`
+            // not below the next LSN. A format-4 id is the LSN of an operation at or before the
+            // one naming it; an older format's counter id never exceeds its operation's LSN (it
+            // grew by one per transaction that logged an operation), so it stays below the next LSN.
+            var lastTxn: UInt64 = 0
+            for (lsn, record) in kept {
+                lastTxn = max(lastTxn, try withBytes(record) { (b) throws(StrataError) in try OperationHeader(b).transactionID(at: lsn) })
+            }
             report.operationsWithEstimatedTime = try Self.carryTransactionHeaders(&kept, recovered: operations)
             report.rowsWithGaps.sort { $0.keptFrom < $1.keptFrom }
 
