@@ -89,4 +89,37 @@ import Testing
             try Self.writeAndSync(base + "/recovered", newKey: 1_000)
         }
     }
+
+    /// Salvage that fails after the log is written, before the views are built, leaves no store
+    /// at the destination, and can be run again.
+    @Test func aSalvageThatFailsBeforeItsViewsAreBuiltLeavesNoStore() throws {
+        try withTemporaryFolder { base in
+            let (damaged, recovered) = (base + "/damaged", base + "/recovered")
+            do {
+                let store = try Store(path: damaged)
+                defer { store.close() }
+                try store.createTable(tasksSchema)
+                try store.write { tx in for i in 1...5 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) } }
+                try store.checkpoint()
+            }
+            var calls = 0
+            let e = #expect(throws: StrataError.self) {
+                try Store.salvage(from: damaged, into: recovered) { () throws(StrataError) in
+                    calls += 1
+                    throw StrataError(.io, "injected failure before the views are built")
+                }
+            }
+            #expect(calls == 1 && e?.message.contains("injected failure") == true, "\(String(describing: e))")
+            #expect(!FileManager.default.fileExists(atPath: recovered + "/data.mdb"))
+            let left = (try? FileManager.default.contentsOfDirectory(atPath: recovered)) ?? []
+            #expect(left.isEmpty, "left behind: \(left)")
+
+            let report = try Store.salvage(from: damaged, into: recovered)
+            #expect(report.recoveredOperations == 5 && report.pendingRows == 5, "\(report)")
+            let store = try Store(path: recovered)
+            defer { store.close() }
+            #expect(try store.read { try $0.rows("tasks").count } == 5)
+            #expect(try store.verify().isConsistent)
+        }
+    }
 }

@@ -81,10 +81,24 @@ extension Store {
     /// A row whose history lost an operation is rebuilt from the operations after the gap (the
     /// earlier ones would not fold onto it); the report lists such rows and the LSN ranges lost.
     ///
+    /// The new store is built in a hidden folder inside `path` (`.replay-<pid>-…`, as
+    /// ``replay(into:through:progress:)`` does) and its `data.mdb` moved into `path` only when its
+    /// views are built: a salvage that fails or is killed leaves no store at `path`, so it can be
+    /// run again (which removes a leftover folder of a killed one).
+    ///
     /// - Throws: ``StrataError`` `io` when `damaged` has no `data.mdb` or `path` already holds a
     ///   store; `corruptRecord` when no schema catalog can be found.
     /// - Complexity: O(file size + k log k) for k operations recovered.
     public static func salvage(from damaged: String, into path: String) throws(StrataError) -> SalvageReport {
+        try salvage(from: damaged, into: path, beforeBuildingViews: {})
+    }
+
+    /// ``salvage(from:into:)``, calling `beforeBuildingViews` once the new store's log is written
+    /// and before its views are built: a test makes it throw, to stand for a failure (or a kill)
+    /// between the two.
+    static func salvage(
+        from damaged: String, into path: String, beforeBuildingViews: () throws(StrataError) -> Void
+    ) throws(StrataError) -> SalvageReport {
         return try strataErrors {
             let file = damaged + "/data.mdb"
             guard let data = FileManager.default.contents(atPath: file) else {
@@ -206,39 +220,56 @@ extension Store {
             if let first = kept.first, let last = kept.last { report.recoveredRange = first.lsn...last.lsn }
 
             // The new store: the damaged one's identity and schema, then its operations, then views.
+            // Built in a hidden folder inside `path` and moved in only when complete (as `replay`
+            // does): a salvage that fails or is killed before the views are built must not leave
+            // a store that opens with no rows and makes a second salvage into `path` refuse.
+            let building = try Store.replayFolder(in: path)
+            var completed = false
+            defer { if !completed { try? FileManager.default.removeItem(atPath: building) } }
             do {
-                let store = try Store(path: path)
-                try store.env.write { txn in
-                    let views = store.views
-                    try txn.setMeta(MetaKey.catalog, catalogBytes, in: views)
-                    try txn.setMeta(MetaKey.catalogVersion, meta.catalogVersion, in: views)
-                    if let id = meta.entries[MetaKey.clientID] { try txn.setMeta(MetaKey.clientID, id, in: views) }
-                    try txn.setMeta(MetaKey.lastTxn, lastTxn, in: views)
-                    for (key, value) in meta.entries where key.hasPrefix("p:") || key.hasPrefix(MetaKey.pinPrefix) {
-                        if key.hasPrefix(MetaKey.pinPrefix), value.count != 8 { continue }
-                        try txn.setMeta(key, value, in: views)
-                    }
-                    for (lsn, record) in kept {
-                        try lmdb { () throws(LMDBError) in
-                            var k = lsn.bigEndian
-                            try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in
-                                try withBytes(record) { (v) throws(LMDBError) in try txn.put(kb, v, in: views.log, flags: .append) }
+                do {
+                    let store = try Store(path: building)
+                    defer { store.close() }
+                    try store.env.write { txn in
+                        let views = store.views
+                        try txn.setMeta(MetaKey.catalog, catalogBytes, in: views)
+                        try txn.setMeta(MetaKey.catalogVersion, meta.catalogVersion, in: views)
+                        if let id = meta.entries[MetaKey.clientID] { try txn.setMeta(MetaKey.clientID, id, in: views) }
+                        try txn.setMeta(MetaKey.lastTxn, lastTxn, in: views)
+                        for (key, value) in meta.entries where key.hasPrefix("p:") || key.hasPrefix(MetaKey.pinPrefix) {
+                            if key.hasPrefix(MetaKey.pinPrefix), value.count != 8 { continue }
+                            try txn.setMeta(key, value, in: views)
+                        }
+                        for (lsn, record) in kept {
+                            try lmdb { () throws(LMDBError) in
+                                var k = lsn.bigEndian
+                                try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in
+                                    try withBytes(record) { (v) throws(LMDBError) in try txn.put(kb, v, in: views.log, flags: .append) }
+                                }
                             }
                         }
+                        // The log may have gaps (lost records), which a fold of its tail refuses: the
+                        // views are marked current here, and the rebuild below makes them so.
+                        if let last = kept.last { try txn.setMeta(MetaKey.viewsLSN, last.lsn, in: views) }
+                        // Operations without a checksum are kept as they are: the new store requires
+                        // one only after the last of them.
+                        let unchecksummed = kept.last { $0.record.first.map { $0 < RecordFormat.checksummedFormat } ?? false }
+                        try txn.setMeta(MetaKey.checksumsFrom, (unchecksummed?.lsn ?? 0) + 1, in: views)
                     }
-                    // The log may have gaps (lost records), which a fold of its tail refuses: the
-                    // views are marked current here, and the rebuild below makes them so.
-                    if let last = kept.last { try txn.setMeta(MetaKey.viewsLSN, last.lsn, in: views) }
-                    // Operations without a checksum are kept as they are: the new store requires
-                    // one only after the last of them.
-                    let unchecksummed = kept.last { $0.record.first.map { $0 < RecordFormat.checksummedFormat } ?? false }
-                    try txn.setMeta(MetaKey.checksumsFrom, (unchecksummed?.lsn ?? 0) + 1, in: views)
                 }
+                try beforeBuildingViews()
+                // Reopened, so that the catalog and client id just written are the ones in use.
+                let store = try Store(path: building)
+                defer { store.close() }
+                try store.rebuild()
+                report.pendingRows = try store.read { try $0.pendingRows().count }
+                try store.flush()
+            } catch let error as StrataError {
+                // Diagnosed here, while the half-built file it looks at is still there.
+                throw Store.diagnosingDiskFull(error, writingIn: building)
             }
-            // Reopened, so that the catalog and client id just written are the ones in use.
-            let store = try Store(path: path)
-            try store.rebuild()
-            report.pendingRows = try store.read { try $0.pendingRows().count }
+            try Store.moveReplayedStore(from: building, into: path)
+            completed = true
             return report
         }
     }
