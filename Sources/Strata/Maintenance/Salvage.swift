@@ -13,7 +13,16 @@ public struct SalvageReport: Sendable, CustomStringConvertible {
         public var keptFrom: UInt64
         /// The lost predecessor's LSN.
         public var missing: UInt64
-        public var description: String { "\(table) \(key): history before LSN \(keptFrom) lost (LSN \(missing) unreadable)" }
+        /// Whether the predecessor is at or before the damaged store's compaction horizon: the
+        /// row's state up to there was in the base snapshot, which salvage does not recover, so
+        /// the row holds only what its operations from `keptFrom` on wrote. Otherwise the
+        /// predecessor was unreadable.
+        public var beforeHorizon = false
+        public var description: String {
+            beforeHorizon
+                ? "\(table) \(key): rebuilt from LSN \(keptFrom) on only; its state up to the compaction horizon (LSN \(missing) and before) was in the base snapshot, not recovered"
+                : "\(table) \(key): history before LSN \(keptFrom) lost (LSN \(missing) unreadable)"
+        }
     }
 
     /// Operations recovered into the new store.
@@ -22,7 +31,8 @@ public struct SalvageReport: Sendable, CustomStringConvertible {
     public var recoveredRange: ClosedRange<UInt64>?
     /// LSN ranges between the horizon and the last recovered operation that could not be read.
     public var lostRanges: [ClosedRange<UInt64>] = []
-    /// Rows whose chain of operations has a gap.
+    /// Rows whose chain of operations has a gap: a lost operation, or (``RowGap/beforeHorizon``)
+    /// an update whose predecessor was folded into the base snapshot by a compaction.
     public var rowsWithGaps: [RowGap] = []
     /// Readable operations left out because they sit on a row's history before a gap.
     public var operationsBeforeGaps = 0
@@ -80,6 +90,8 @@ extension Store {
     ///
     /// A row whose history lost an operation is rebuilt from the operations after the gap (the
     /// earlier ones would not fold onto it); the report lists such rows and the LSN ranges lost.
+    /// So is a row of a compacted store updated after the horizon: its state at the horizon was
+    /// in the base snapshot, which salvage does not recover (``SalvageReport/RowGap/beforeHorizon``).
     ///
     /// The new store is built in a hidden folder inside `path` (`.replay-<pid>-…`, as
     /// ``replay(into:through:progress:)`` does) and its `data.mdb` moved into `path` only when its
@@ -171,10 +183,17 @@ extension Store {
                     let prev = prevOf[lsn]!
                     if prev == 0 { break }
                     if prev <= meta.horizon || operations[prev] == nil || prev >= lsn {
-                        if prev > meta.horizon || prev >= lsn {
+                        // A predecessor at or before the horizon is in the base snapshot, not
+                        // recovered: the row is rebuilt from the operations after it, which the
+                        // user must learn, unless the oldest kept one is an insert (the row was
+                        // gone before it, so it writes the whole row).
+                        let beforeHorizon = prev <= meta.horizon && prev < lsn
+                        let kind = try withBytes(operations[lsn]!) { (b) throws(StrataError) in try OperationHeader(b).kind }
+                        if !beforeHorizon || kind != LogEntry.Kind.insert.rawValue {
                             let table = catalog.tables[target.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }]
                             let key = table.flatMap { t in try? withBytes(target) { (k) throws(StrataError) in try t.decodeKey(k) } }
-                            report.rowsWithGaps.append(.init(table: table?.schema.name ?? "?", key: key ?? RowKey([]), keptFrom: lsn, missing: prev))
+                            report.rowsWithGaps.append(.init(
+                                table: table?.schema.name ?? "?", key: key ?? RowKey([]), keptFrom: lsn, missing: prev, beforeHorizon: beforeHorizon))
                         }
                         break
                     }
