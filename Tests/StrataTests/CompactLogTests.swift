@@ -188,3 +188,43 @@ import Testing
         }
     }
 }
+
+extension CompactLogTests {
+    /// A horizon that splits a transaction after its first operation, whose later operations
+    /// step the schema: every operation reads the schema version it had before compaction.
+    @Test func compactionThatSplitsATransactionKeepsEachOperationsSchemaVersion() throws {
+        try withStore { store, path in
+            try store.createTable(tasksSchema)
+            try store.createTable(.propertyBag("bag", key: [.string("k")]))
+            let version = try store.read { try $0.catalog.version }
+            try store.write { tx in
+                try tx.insert("tasks", ["id": 1, "title": "a"])
+                // A new property-bag field changes the schema within the transaction.
+                try tx.insert("bag", ["k": "x", "colour": "red"])
+                try tx.insert("tasks", ["id": 2, "title": "b"])
+            }
+            try store.write { tx in
+                try tx.acknowledge("tasks", key: 1)
+                try tx.acknowledge("bag", key: .init(.string("x")))
+                try tx.acknowledge("tasks", key: 2)
+            }
+            let before = try store.read { try $0.operations() }
+            #expect(before.prefix(3).map(\.schemaVersion) == [version, version + 1, version + 1])
+            let report = try store.compact(retaining: .after(1))
+            #expect(report.horizon == 1)
+            let after = try store.read { try $0.operations() }
+            #expect(after.map(\.schemaVersion) == before.dropFirst().map(\.schemaVersion))
+            #expect(after == Array(before.dropFirst()))
+            #expect(try Self.header(Self.records(store)[2]).carriesTransaction)
+            #expect(try store.verify().isConsistent)
+            // Salvage reads the moved header the same way.
+            try store.checkpoint()
+            try withTemporaryFolder { copy in
+                _ = try Store.salvage(from: path, into: copy)
+                let salvaged = try Store(path: copy)
+                defer { salvaged.close() }
+                #expect(try salvaged.read { try $0.operations() }.map(\.schemaVersion) == after.map(\.schemaVersion))
+            }
+        }
+    }
+}

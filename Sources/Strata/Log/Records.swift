@@ -31,7 +31,9 @@ import LMDB
 /// and four bits of the operation's own (``OperationBits``): the origin is the server (0x08), an
 /// annotation follows (0x10), the record carries its transaction's header (0x20), and the
 /// operation's schema version is one above its transaction's (0x40, a write that changed the
-/// schema before this edit).
+/// schema before this edit). Both 0x20 and 0x40 are set only on an operation that compaction or
+/// salvage rewrote to carry the header: the header keeps the transaction's schema version, which
+/// the transaction's later operations add their own 0x40 to, and the operation stays one above it.
 ///
 /// What the operations of one transaction share — the transaction id, its time, its schema
 /// version (``TransactionHeader``) — is written once: in the transaction's first operation,
@@ -108,7 +110,9 @@ struct TransactionHeader: Equatable {
     /// operation from format 4 on. Either way ids increase with the log.
     var id: UInt64
     var timestampMicros: UInt64
-    /// The schema version of the operation that carries the header.
+    /// The transaction's schema version: that of its first operation. An operation after a
+    /// schema step in the transaction is one above it (``OperationBits/schemaBump``), even when
+    /// it carries the header because compaction or salvage moved the header into it.
     var schemaVersion: UInt64
 }
 
@@ -256,7 +260,8 @@ struct OperationHeader {
     /// record before format 4).
     private var carriedTime: UInt64?
     private var carriedSchema: UInt64
-    /// Format 4: the operation's schema version is one above its transaction header's.
+    /// Format 4: the operation's schema version is one above its transaction header's (also
+    /// when the record carries that header).
     private var schemaBump: Bool
     /// The `rows` key of the row the operation applies to.
     var target: Range<Int>
@@ -287,7 +292,8 @@ struct OperationHeader {
             schemaBump = bits & OperationBits.schemaBump != 0
             txnField = try r.varint()
             if bits & OperationBits.carriesTransaction != 0 {
-                guard !schemaBump else { throw r.corrupt("an operation carries its transaction header and a schema step") }
+                // With a schema step too: an operation after the step that compaction or salvage
+                // rewrote to carry the header, which holds the transaction's version (see above).
                 carriedTime = try r.varint()
                 carriedSchema = try r.varint()
             } else {
@@ -349,7 +355,7 @@ struct OperationHeader {
 
     /// The operation's schema version, given its transaction's header.
     func schemaVersion(in transaction: TransactionHeader) -> UInt64 {
-        carriesTransaction ? carriedSchema : transaction.schemaVersion + (schemaBump ? 1 : 0)
+        (carriesTransaction ? carriedSchema : transaction.schemaVersion) + (schemaBump ? 1 : 0)
     }
 
     /// The table id: the first four bytes of the target, big-endian.
@@ -366,8 +372,10 @@ struct OperationHeader {
 enum OperationRecord {
     /// The format-4 operation `record` rewritten to carry the header of its transaction
     /// (`transaction`, as the transaction's first operation carried it), keeping its distance
-    /// back to the transaction (so its id) and everything else; the schema version it carries
-    /// is its own.
+    /// back to the transaction (so its id) and everything else. The header keeps the
+    /// transaction's schema version and the record its schema-step bit: the transaction's later
+    /// operations read the version from this header and add their own step bit to it, so
+    /// carrying the record's own (stepped) version would put them one too high.
     static func carrying(_ transaction: TransactionHeader, _ record: UnsafeRawBufferPointer) throws(StrataError) -> [UInt8] {
         let header = try OperationHeader(record)
         guard header.format >= RecordFormat.compactFormat else { return Array(record) }
@@ -379,10 +387,10 @@ enum OperationRecord {
         w.append(header.format)
         w.append([0, 0, 0, 0])
         w.append(kind)
-        w.append(bits & ~OperationBits.schemaBump | OperationBits.carriesTransaction)
+        w.append(bits | OperationBits.carriesTransaction)
         w.appendVarint(offset)
         w.appendVarint(transaction.timestampMicros)
-        w.appendVarint(header.schemaVersion(in: transaction))
+        w.appendVarint(transaction.schemaVersion)
         w.appendVarint(UInt64(header.target.count))
         w.append(UnsafeRawBufferPointer(rebasing: record[header.target.lowerBound...]))
         RecordChecksum.seal(&w)
