@@ -227,4 +227,33 @@ extension CompactLogTests {
             }
         }
     }
+
+    /// A log with a gap right after the horizon (salvage leaves such gaps where records were
+    /// lost): the first operation after the horizon is made to carry its transaction's header.
+    @Test func compactionAcrossAGapInTheLogMovesTheHeaderToTheNextOperation() throws {
+        try withTemporaryFolder { path in
+            let before: [LogEntry] = try {
+                let store = try Store(path: path)
+                defer { store.close() }
+                try store.createTable(tasksSchema)
+                try store.write { tx in for i in 1...4 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) } }
+                try store.write { tx in for i in 1...4 { try tx.acknowledge("tasks", key: .init(.int(Int64(i)))) } }
+                try store.checkpoint()
+                return try store.read { try $0.operations() }
+            }()
+            // LSN 2 (row 2's insert, in the middle of transaction 1) leaves the log.
+            do {
+                let env = try Environment(path: path, options: { var o = EnvironmentOptions(); o.maxDatabases = 16; return o }())
+                let log = try env.write { try $0.openDatabase("log") }
+                try env.write { _ = try $0.delete(withUnsafeBytes(of: UInt64(2).bigEndian) { Array($0) }, in: log) }
+            }
+            let store = try Store(path: path)
+            defer { store.close() }
+            #expect(try store.compact(retaining: .after(1)).horizon == 1)
+            #expect(try Self.header(Self.records(store)[3]).carriesTransaction)
+            let after = try store.read { try $0.operations() }
+            #expect(after == before.filter { $0.lsn > 2 })
+            #expect(after.first?.transactionID == 1)
+        }
+    }
 }

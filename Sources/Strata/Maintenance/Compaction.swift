@@ -243,15 +243,25 @@ extension Store {
     /// when the horizon splits no transaction. Only the header moves: the rewritten record and
     /// the old one describe the same operation.
     private func carrierAfter(_ horizon: UInt64, _ txn: ViewWriter, checksumsFrom: UInt64) throws -> (key: [UInt8], record: [UInt8])? {
-        let key = Swift.withUnsafeBytes(of: (horizon + 1).bigEndian) { Array($0) }
         let reader = txn.reader.txn
-        guard let next = try lmdb({ () throws(LMDBError) in try reader.get(key, in: views.log) }) else { return nil }
-        try RecordChecksum.check(next, lsn: horizon + 1, checksumsFrom: checksumsFrom)
-        let header = try OperationHeader(next)
+        // The first operation after the horizon, wherever it is: not always at horizon + 1, since
+        // a salvaged log has gaps where records were lost.
+        let start = Swift.withUnsafeBytes(of: (horizon + 1).bigEndian) { Array($0) }
+        let found: (key: [UInt8], record: [UInt8])? = try reader.scan(views.log) { c in
+            try c.seek(atLeast: start).map { (Array($0.key), Array($0.value)) }
+        }
+        guard let (key, next) = found else { return nil }
+        let lsn = try withBytes(key) { (k) throws(StrataError) in try Counter.lsn(key: k) }
+        let header = try withBytes(next) { (b) throws(StrataError) in
+            try RecordChecksum.check(b, lsn: lsn, checksumsFrom: checksumsFrom)
+            return try OperationHeader(b)
+        }
         if header.carriesTransaction { return nil }
+        // A transaction that starts after the horizon is not split: its header is not folded.
+        guard try header.transactionID(at: lsn) <= horizon else { return nil }
         var cache: TransactionHeader? = nil
-        let transaction = try reader.transactionHeader(of: header, at: horizon + 1, log: views.log, checksumsFrom: checksumsFrom, cache: &cache)
-        return (key, try OperationRecord.carrying(transaction, next))
+        let transaction = try reader.transactionHeader(of: header, at: lsn, log: views.log, checksumsFrom: checksumsFrom, cache: &cache)
+        return (key, try withBytes(next) { (b) throws(StrataError) in try OperationRecord.carrying(transaction, b) })
     }
 
     /// Folds every row state of `base` (read through `reader`) into `fold`, as rebuild does
