@@ -74,7 +74,8 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         public static let busy = Code(.busy)
         /// The ``Store`` was closed (``Store/close()``): open the folder again for a new one.
         public static let closed = Code(.closed)
-        /// A value the store does not hold: a double or a timestamp that is NaN or infinite.
+        /// A value the store does not hold: a double or a timestamp that is NaN or infinite, or a
+        /// value that would make an index or named-view entry longer than LMDB's key limit.
         public static let invalidValue = Code(.invalidValue)
         /// The folder holds a `data.mdb` that is not a Strata store: an empty file, another
         /// program's LMDB database, a file whose header is damaged. It was refused and left

@@ -319,8 +319,7 @@ struct BulkFold {
                         // The log passed the unique checks when it was written; checking here,
                         // with rows written in key order instead of log order, could see a
                         // value still held by a row flushed later.
-                        try views.updateIndexes(table, target: k, old: before, new: after, in: writer, checkingUniqueness: false)
-                        try views.updateViews(table, target: k, old: before, new: after, in: writer)
+                        try views.updateIndexesAndViews(table, target: k, old: before, new: after, in: writer, checkingUniqueness: false)
                     }
                 }
             }

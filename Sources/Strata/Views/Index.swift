@@ -78,31 +78,68 @@ enum IndexKeys {
 }
 
 extension StoreDatabases {
-    /// Updates the indexes of table `t` for a row that changed from `old` to `new` (`nil`: no row).
-    /// A unique index refuses a value another row holds, before anything is written (unless
-    /// `checkingUniqueness` is false: a fold of a log whose writes were checked).
-    func updateIndexes(
+    /// The longest key LMDB takes (`MDB_MAXKEYSIZE`, 511 in the default build). Row keys stay
+    /// under it by ``TableInfo/maxKeyBytes``; an index or view entry adds the indexed or sorted
+    /// values to the row key, so it is checked on its own (``checkEntryKey(_:of:table:target:)``).
+    static let maxEntryKeyBytes = 511
+
+    /// Refuses an index or named-view entry longer than LMDB's key limit. Called where every
+    /// entry is built — an edit, a merge, a fold of the log, an index or view built over
+    /// existing rows — and before any entry is written, so a refused edit logs nothing and
+    /// leaves the overlay as it was (an entry over the limit would fail only at the next
+    /// checkpoint, and every one after it).
+    func checkEntryKey(_ key: [UInt8], of what: String, table t: TableInfo, target: UnsafeRawBufferPointer) throws(StrataError) {
+        guard key.count > Self.maxEntryKeyBytes else { return }
+        let row = (try? t.decodeKey(target)).map { "\($0)" } ?? "?"
+        throw StrataError(.invalidValue, "\(what) of table '\(t.name)' cannot hold row \(row): its entry would be \(key.count) bytes (the row key's \(target.count - 4) plus the indexed or sorted values, text and bytes cut to \(IndexKeys.maxValueBytes) bytes each); the limit is \(Self.maxEntryKeyBytes). Use shorter values or a shorter primary key")
+    }
+
+    /// Updates the indexes and named views of table `t` for a row that changed from `old` to
+    /// `new` (`nil`: no row). Every entry is built and checked first — a unique index refuses a
+    /// value another row holds (unless `checkingUniqueness` is false: a fold of a log whose
+    /// writes were checked), an entry over LMDB's key limit is refused — and only then is any
+    /// written, so a refused change leaves both as they were.
+    func updateIndexesAndViews(
         _ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: ViewWriter,
         checkingUniqueness: Bool = true
     ) throws(StrataError) {
-        guard !t.indexes.isEmpty else { return }
+        let indexChanges = try self.indexChanges(t, target: target, old: old, new: new, in: txn, checkingUniqueness: checkingUniqueness)
+        let viewChanges = try self.viewChanges(t, target: target, old: old, new: new)
+        guard !indexChanges.isEmpty || !viewChanges.isEmpty else { return }
+        let rowKey = Array(target[4...])
+        try lmdb { () throws(LMDBError) in
+            for c in indexChanges {
+                if let o = c.old { try txn.delete(o, in: self.index) }
+                if let n = c.new { try txn.put(n, [], in: self.index) }
+            }
+            for c in viewChanges {
+                if let o = c.old { try txn.delete(o, in: self.view) }
+                if let n = c.new { try txn.put(n, rowKey, in: self.view) }
+            }
+        }
+    }
+
+    /// The index entries of table `t` to delete and put for a row that changed from `old` to
+    /// `new`, checked (uniqueness, key length) but not written.
+    private func indexChanges(
+        _ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: ViewWriter,
+        checkingUniqueness: Bool
+    ) throws(StrataError) -> [(old: [UInt8]?, new: [UInt8]?)] {
+        guard !t.indexes.isEmpty else { return [] }
         let rowKey = Array(target[4...])
         var changes: [(old: [UInt8]?, new: [UInt8]?)] = []
         for index in t.indexes {
             let oldValues = try old.map { (r) throws(StrataError) in try IndexKeys.values(index, table: t, target: target, record: r) }
             let newValues = try new.map { (r) throws(StrataError) in try IndexKeys.values(index, table: t, target: target, record: r) }
             guard oldValues != newValues else { continue }
+            let newEntry = newValues.map { IndexKeys.prefix(index, $0) + rowKey }
+            if let newEntry { try checkEntryKey(newEntry, of: "index '\(index.name)'", table: t, target: target) }
             if checkingUniqueness, index.unique, let newValues, !newValues.contains(where: \.isNull) {
                 try checkUnique(index, t, newValues, rowKey: rowKey, in: txn)
             }
-            changes.append((oldValues.map { IndexKeys.prefix(index, $0) + rowKey }, newValues.map { IndexKeys.prefix(index, $0) + rowKey }))
+            changes.append((oldValues.map { IndexKeys.prefix(index, $0) + rowKey }, newEntry))
         }
-        try lmdb { () throws(LMDBError) in
-            for c in changes {
-                if let o = c.old { try txn.delete(o, in: self.index) }
-                if let n = c.new { try txn.put(n, [], in: self.index) }
-            }
-        }
+        return changes
     }
 
     /// Throws when another row holds `values` in a unique index.

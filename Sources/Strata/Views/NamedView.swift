@@ -46,9 +46,11 @@ extension Row {
 }
 
 extension StoreDatabases {
-    /// Updates the named views of table `t` for a row that changed from `old` to `new`.
-    func updateViews(_ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: ViewWriter) throws(StrataError) {
-        guard !t.views.isEmpty else { return }
+    /// The named-view entries of table `t` to delete and put for a row that changed from `old`
+    /// to `new`, checked against LMDB's key limit but not written (see
+    /// ``updateIndexesAndViews(_:target:old:new:in:checkingUniqueness:)``).
+    func viewChanges(_ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?) throws(StrataError) -> [(old: [UInt8]?, new: [UInt8]?)] {
+        guard !t.views.isEmpty else { return [] }
         // A view holds the rows the app can read: not those deleted locally.
         func visible(_ record: UnsafeRawBufferPointer?) throws(StrataError) -> Row? {
             guard let record else { return nil }
@@ -57,15 +59,15 @@ extension StoreDatabases {
         }
         let (before, after) = (try visible(old), try visible(new))
         let rowKey = Array(target[4...])
-        try lmdb { () throws(LMDBError) in
-            for view in t.views {
-                let o = before.flatMap { view.query.filter?.matches($0) ?? true ? ViewKeys.entry(view, $0, rowKey: rowKey[...]) : nil }
-                let n = after.flatMap { view.query.filter?.matches($0) ?? true ? ViewKeys.entry(view, $0, rowKey: rowKey[...]) : nil }
-                guard o != n else { continue }
-                if let o { try txn.delete(o, in: self.view) }
-                if let n { try txn.put(n, rowKey, in: self.view) }
-            }
+        var changes: [(old: [UInt8]?, new: [UInt8]?)] = []
+        for view in t.views {
+            let o = before.flatMap { view.query.filter?.matches($0) ?? true ? ViewKeys.entry(view, $0, rowKey: rowKey[...]) : nil }
+            let n = after.flatMap { view.query.filter?.matches($0) ?? true ? ViewKeys.entry(view, $0, rowKey: rowKey[...]) : nil }
+            guard o != n else { continue }
+            if let n { try checkEntryKey(n, of: "view '\(view.name)'", table: t, target: target) }
+            changes.append((o, n))
         }
+        return changes
     }
 }
 
@@ -75,7 +77,9 @@ extension Transaction {
     /// Defining a view identical to an existing one does nothing.
     ///
     /// - Throws: ``StrataError`` `invalidSchema` (a name taken by another view, or a limit: a
-    ///   view holds every matching row), `tableNotFound`, `fieldNotFound`.
+    ///   view holds every matching row), `tableNotFound`, `fieldNotFound`, `invalidValue` (a
+    ///   matching row whose entry — the sort values, text and bytes cut to 200 bytes each, plus
+    ///   the row key — would be longer than LMDB's key limit of 511 bytes).
     /// - Complexity: O(n log n) for the n rows of the table.
     public func createView(_ name: String, _ query: Query) throws(StrataError) {
         try strataErrors {
@@ -97,7 +101,9 @@ extension Transaction {
                 let row = try Row(table: t, rowsKey: k, record: record)
                 if row.status != .deleted, query.filter?.matches(row) ?? true {
                     let rowKey = Array(k[4...])
-                    entries.append((ViewKeys.entry(view, row, rowKey: rowKey[...]), rowKey))
+                    let entry = ViewKeys.entry(view, row, rowKey: rowKey[...])
+                    try views.checkEntryKey(entry, of: "view '\(name)'", table: t, target: k)
+                    entries.append((entry, rowKey))
                 }
                 return true
             }

@@ -74,12 +74,12 @@ struct StoreDatabases: Sendable {
         let wasPending = try old?.isPending ?? false
         let step = try FoldStep.fold(old: old, wasPending: wasPending, op: op, header: header, lsn: lsn, into: &scratch)
         let target = UnsafeRawBufferPointer(rebasing: op[header.target])
-        // Before any row is written: a unique index may still refuse the change.
+        // Before any row is written: a unique index, or an entry over LMDB's key limit, may still
+        // refuse the change.
         if !table.indexes.isEmpty || !table.views.isEmpty {
             let newRow = step.isPending == nil ? nil : scratch.bytes
             try withBytes(newRow ?? []) { (n) throws(StrataError) in
-                try updateIndexes(table, target: target, old: old?.bytes, new: newRow == nil ? nil : n, in: txn, checkingUniqueness: checkingUniqueness)
-                try updateViews(table, target: target, old: old?.bytes, new: newRow == nil ? nil : n, in: txn)
+                try updateIndexesAndViews(table, target: target, old: old?.bytes, new: newRow == nil ? nil : n, in: txn, checkingUniqueness: checkingUniqueness)
             }
         }
         try lmdb { () throws(LMDBError) in

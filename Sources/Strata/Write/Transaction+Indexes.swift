@@ -9,7 +9,9 @@ extension Transaction {
     /// Declaring an index identical to an existing one does nothing.
     ///
     /// - Throws: ``StrataError`` `fieldNotFound`, `invalidSchema` (no fields, a name used by
-    ///   another index), `duplicateKey` (a unique index over rows that already repeat a value).
+    ///   another index), `duplicateKey` (a unique index over rows that already repeat a value),
+    ///   `invalidValue` (a row whose entry — the indexed values, text and bytes cut to 200 bytes
+    ///   each, plus the row key — would be longer than LMDB's key limit of 511 bytes).
     /// - Complexity: O(n log n) for the n rows of the table.
     public func createIndex(_ name: String, on table: String, fields: [String], unique: Bool = false) throws(StrataError) {
         try strataErrors {
@@ -45,7 +47,9 @@ extension Transaction {
                         throw StrataError(.duplicateKey, "index '\(name)' cannot be unique: rows \(other) and \(key) of table '\(table)' both hold \(values.map(\.description).joined(separator: ", "))")
                     }
                 }
-                entries.append(IndexKeys.prefix(index, values) + Array(k[4...]))
+                let entry = IndexKeys.prefix(index, values) + Array(k[4...])
+                try views.checkEntryKey(entry, of: "index '\(name)'", table: t, target: k)
+                entries.append(entry)
                 return true
             }
             let txn = try self.txn

@@ -130,7 +130,9 @@ public final class Transaction {
     /// server will receive an update of the fields that differ from its values.
     ///
     /// - Throws: ``StrataError`` `tableNotFound`, `fieldNotFound`, `typeMismatch`,
-    ///   `nullNotAllowed`, `missingField` (a required or key field not given), `duplicateKey`.
+    ///   `nullNotAllowed`, `missingField` (a required or key field not given), `duplicateKey`,
+    ///   `invalidValue` (a value that makes an index or named-view entry longer than LMDB's key
+    ///   limit: text and bytes count up to 200 bytes each, plus the row key).
     /// - Complexity: O(log n) per database touched.
     public func insert(_ table: String, _ fields: FieldValues) throws(StrataError) {
         var t = try catalog.table(named: table)
@@ -151,7 +153,8 @@ public final class Transaction {
     /// Sets the given fields of an existing row; other fields keep their values.
     ///
     /// - Throws: ``StrataError`` `rowNotFound`, `fieldNotFound`, `typeMismatch`, `nullNotAllowed`,
-    ///   `invalidOperation` (a primary key field given a different value).
+    ///   `invalidOperation` (a primary key field given a different value), `invalidValue` (a value
+    ///   that makes an index or named-view entry longer than LMDB's key limit).
     /// - Complexity: O(log n) per database touched.
     public func update(_ table: String, key: RowKey, _ fields: FieldValues) throws(StrataError) {
         var t = try catalog.table(named: table)
@@ -361,8 +364,9 @@ public final class Transaction {
     /// Values are compared by their canonical encoding, as edits compare them.
     ///
     /// - Throws: ``StrataError`` `tableNotFound`, `invalidKey`, `typeMismatch`, `nullNotAllowed`
-    ///   (a null for a required field of a row with nothing pending); whatever `annotation`
-    ///   throws. On a throw nothing is written.
+    ///   (a null for a required field of a row with nothing pending), `invalidValue` (an index or
+    ///   named-view entry over LMDB's key limit); whatever `annotation` throws. On a throw
+    ///   nothing is written.
     package func mergeServerValues(
         _ table: String, key: RowKey, _ values: [String: Value], kind: LogEntry.Kind,
         decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
