@@ -49,7 +49,8 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         public static let duplicateKey = Code(.duplicateKey)
         /// No live row with that key.
         public static let rowNotFound = Code(.rowNotFound)
-        /// An operation that does not apply to the row in its current state.
+        /// An operation that does not apply to the row in its current state, or an argument out
+        /// of its range (a negative query limit, a page or batch size below 1).
         public static let invalidOperation = Code(.invalidOperation)
         /// A stored record could not be decoded.
         public static let corruptRecord = Code(.corruptRecord)

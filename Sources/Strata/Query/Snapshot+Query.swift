@@ -3,6 +3,8 @@ import LMDB
 extension Snapshot {
     /// The rows of a query: those matching its condition, in its order, up to its limit.
     ///
+    /// - Throws: ``StrataError`` `tableNotFound`, `fieldNotFound`, `invalidOperation` (a
+    ///   negative limit).
     /// - Complexity: O(n log n) for n rows of the table.
     public func rows(_ query: Query) throws(StrataError) -> [Row] {
         return try strataErrors {
@@ -38,10 +40,12 @@ extension Snapshot {
     /// the whole result (``explain(_:)`` then says `then sort`); declare an index on the sort
     /// field, or use a named view (``page(view:size:after:)``), for large paged lists.
     ///
+    /// - Throws: ``StrataError`` `tableNotFound`, `fieldNotFound`, `invalidOperation` (a `size`
+    ///   below 1, a negative limit).
     /// - Complexity: O(log n + size) along an index; otherwise O(n log n) for n rows of the table.
     public func page(_ query: Query, size: Int, after: PageToken? = nil) throws(StrataError) -> Page {
         return try strataErrors {
-            precondition(size > 0, "a page holds at least one row")
+            try Self.checkPageSize(size)
             try validate(query)
             let t = try catalog.table(named: query.table)
             if query.limit == nil, case .indexOrder(let index) = plan(query, t) {
@@ -102,8 +106,18 @@ extension Snapshot {
     }
 
     /// Checks that the query names a table and, for a fixed table, fields it has.
+    /// Refuses a page size below 1: a page that can hold no row could never move past a token.
+    static func checkPageSize(_ size: Int) throws(StrataError) {
+        guard size > 0 else {
+            throw StrataError(.invalidOperation, "a page size of \(size) was asked for; a page holds at least one row")
+        }
+    }
+
     func validate(_ query: Query) throws {
         let t = try catalog.table(named: query.table)
+        if let limit = query.limit, limit < 0 {
+            throw StrataError(.invalidOperation, "the query of table '\(t.name)' has a limit of \(limit); a limit is 0 or more")
+        }
         guard !t.isPropertyBag else { return }
         let fields = (query.filter?.fields ?? []).union(query.orderBy.map(\.field))
         for f in fields.sorted() where t.fieldIDs[f] == nil {

@@ -148,9 +148,11 @@ extension Snapshot {
     /// One page of a named view: up to `size` rows after `after`, read from the view's entries
     /// in order — a key range, never a re-run of the query.
     ///
+    /// - Throws: ``StrataError`` `tableNotFound` (no view of that name), `invalidOperation` (a
+    ///   `size` below 1).
     /// - Complexity: O(size · log n).
     public func page(view name: String, size: Int, after: PageToken? = nil) throws(StrataError) -> Page {
-        precondition(size > 0, "a page holds at least one row")
+        try Self.checkPageSize(size)
         guard let (t, view) = try catalog.view(named: name) else {
             throw StrataError(.tableNotFound, "no view named '\(name)'")
         }

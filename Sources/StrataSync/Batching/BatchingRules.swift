@@ -87,6 +87,13 @@ enum BatchingRules {
         return tables.flatMap { byTable[$0] ?? [] }
     }
 
+    /// Refuses batch limits that leave no room for a row: a batch always holds at least one.
+    static func checkLimits(maxRows: Int, maxBytes: Int, _ names: (rows: String, bytes: String)) throws(StrataError) {
+        guard maxRows > 0, maxBytes > 0 else {
+            throw StrataError(.invalidOperation, "a batch needs room for at least one row: \(names.rows) is \(maxRows) and \(names.bytes) is \(maxBytes); both must be 1 or more")
+        }
+    }
+
     /// Cuts the first batch from the ordered changes: as many as fit in `maxRows` changes and
     /// `maxBytes` of payload — the whole `Batch` as `WireFormat` encodes it, its envelope and
     /// separators included — and at least one. Each change is measured once, by `WireSize`,

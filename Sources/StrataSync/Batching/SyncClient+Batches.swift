@@ -60,15 +60,16 @@ extension SyncClient {
     ///   - maxBytes: The most bytes a new batch's payload takes as ``WireFormat`` encodes it,
     ///     envelope included: a server's request-size limit can be set here. A single change
     ///     larger than that goes alone in its batch.
-    /// - Throws: `StrataError` `invalidSchema` when the associations form a cycle.
+    /// - Throws: `StrataError` `invalidSchema` when the associations form a cycle,
+    ///   `invalidOperation` when `maxRows` or `maxBytes` is below 1.
     public func nextBatch(maxRows: Int = 500, maxBytes: Int = 1 << 20) throws(StrataError) -> Batch? {
+        try BatchingRules.checkLimits(maxRows: maxRows, maxBytes: maxBytes, ("maxRows", "maxBytes"))
         return try strataErrors {
             try nextBatch(maxRows: maxRows, maxBytes: maxBytes, excluding: [])
         }
     }
 
     func nextBatch(maxRows: Int, maxBytes: Int, excluding: Set<RowID>) throws -> Batch? {
-        precondition(maxRows > 0 && maxBytes > 0, "a batch needs room for at least one row")
         return try store.write { tx in
             if let inFlight = try Self.inFlight(tx) { return inFlight }
             let snap = try tx.snapshot

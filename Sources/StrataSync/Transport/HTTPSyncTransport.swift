@@ -39,10 +39,12 @@ public struct HTTPSyncTransport: SyncTransport {
     ///   - server: the server's base URL, such as `http://127.0.0.1:8080`.
     ///   - token: the bearer token that stands for this client (`strata-server token create`).
     ///   - timeout: seconds a request may take before it fails with `io`.
-    ///   - pageSize: rows per page of a pull.
-    ///   - maxPages: the most pages one pull fetches; a pull that would need more throws.
+    ///   - pageSize: rows per page of a pull; 1 or more, else ``pull(since:)`` throws.
+    ///   - maxPages: the most pages one pull fetches; a pull that would need more throws. 1 or
+    ///     more, else ``pull(since:)`` throws.
     public init(server: URL, token: String, timeout: TimeInterval = 30, pageSize: Int = 1000, maxPages: Int = 10_000) {
-        precondition(pageSize > 0 && maxPages > 0, "pageSize and maxPages must be positive")
+        // Checked by `pull`, which throws: this initializer does not, and trapping on an
+        // argument would take the app down instead of reporting it.
         self.server = server
         self.token = token
         self.pageSize = pageSize
@@ -57,9 +59,14 @@ public struct HTTPSyncTransport: SyncTransport {
     /// Pulls every change since `anchor` (`nil`: a snapshot of every table), page by page, as one
     /// delta.
     ///
-    /// - Throws: ``ResetRequired``, or `StrataError` as described on the type.
+    /// - Throws: ``ResetRequired``, or `StrataError` as described on the type;
+    ///   `StrataError` `invalidOperation`, before any request, when ``pageSize`` or ``maxPages``
+    ///   is below 1.
     /// - Complexity: one request per `pageSize` rows.
     public func pull(since anchor: String?) async throws -> ServerDelta {
+        guard pageSize > 0, maxPages > 0 else {
+            throw StrataError(.invalidOperation, "HTTPSyncTransport was made with pageSize \(pageSize) and maxPages \(maxPages); both must be 1 or more")
+        }
         var combined: ServerDelta?
         var query: [URLQueryItem] = anchor.map { [URLQueryItem(name: "since", value: $0)] } ?? []
         for _ in 0..<maxPages {

@@ -143,13 +143,15 @@ extension SyncClient {
     ///   - onReset: what to do with unsynced local edits when the server asks for a client reset.
     ///   - progress: called as each phase advances (per phase and table: total, processed, remaining).
     /// - Throws: the transport's error after `maxAttempts`; ``ResetRequired`` with `.fail`, or
-    ///   when the server asks again right after a reset; `StrataError` from merging or batching.
+    ///   when the server asks again right after a reset; `StrataError` from merging or batching;
+    ///   `StrataError` `invalidOperation`, before anything is pulled, when `maxBatchRows` or
+    ///   `maxBatchBytes` is below 1.
     public func sync(
         with transport: some SyncTransport, maxAttempts: Int = 5, backoff: Duration = .milliseconds(50),
         maxBatchRows: Int = 500, maxBatchBytes: Int = 1 << 20, onReset: ClientResetPolicy = .keepLocalChanges,
         progress: (@Sendable (SyncProgress) -> Void)? = nil
     ) async throws -> SyncReport {
-        precondition(maxBatchRows > 0 && maxBatchBytes > 0, "a batch needs room for at least one row")
+        try BatchingRules.checkLimits(maxRows: maxBatchRows, maxBytes: maxBatchBytes, ("maxBatchRows", "maxBatchBytes"))
         var report = SyncReport()
         func attempt<T>(_ phase: SyncProgress.Phase, _ body: () async throws -> T) async throws -> T {
             var delay = backoff
