@@ -98,6 +98,35 @@ import Testing
         }
     }
 
+    /// A merged server row whose index or named-view entry would be over LMDB's 511-byte key
+    /// limit (a 400-character key plus a 150-character indexed title) is refused like an edit:
+    /// nothing is logged, and the next checkpoint does not meet the entry.
+    @Test(arguments: ["index", "view"])
+    func aMergeCannotMakeAnIndexOrViewEntryOverTheKeyLimit(_ kind: String) throws {
+        try withStore { store in
+            try store.createTable(.fixed("notes", primaryKey: ["id"], fields: [.string("id"), .string("title")]))
+            if kind == "index" {
+                try store.createIndex("notes_by_title", on: "notes", fields: ["title"])
+            } else {
+                try store.createView("notes_by_title", Query("notes", orderBy: [.ascending("title")]))
+            }
+            let (id, other, long) = (String(repeating: "k", count: 400), String(repeating: "m", count: 400), String(repeating: "t", count: 150))
+            let sync = SyncClient(store: store)
+            try sync.merge(ServerDelta(anchor: "a1", tables: [TableDelta("notes", upserts: [ServerRow(["id": .string(id), "title": "short"])])]))
+            let before = try observableAll(store)
+            for row in [ServerRow(["id": .string(id), "title": .string(long)]), ServerRow(["id": .string(other), "title": .string(long)])] {
+                let e = #expect(throws: StrataError.self) {
+                    try sync.merge(ServerDelta(anchor: "a2", tables: [TableDelta("notes", upserts: [row])]))
+                }
+                #expect(e?.code == .invalidValue && e?.message.contains("'notes_by_title'") == true, "\(String(describing: e))")
+                #expect(try observableAll(store) == before)
+            }
+            try store.checkpoint()
+            try store.write { tx in try tx.insert("notes", ["id": "x", "title": "fine"]) }
+            try store.checkpoint()
+        }
+    }
+
     /// Rewrites a briefcase's body with `transform` and a fresh checksum, as a damaged or
     /// foreign writer could produce it.
     static func rewrite(_ path: String, _ transform: ([UInt8]) -> [UInt8]) throws {
