@@ -145,7 +145,9 @@ struct ShowCommand: ParsableCommand {
                     var low = 0, high = kept.count
                     while low < high {
                         let mid = (low + high) / 2
-                        if Self.precedes(value, kept[mid].1[sort]) { high = mid } else { low = mid + 1 }
+                        // The library's order (`Value.order`, the one queries sort by): strings by
+                        // UTF-8 bytes, every type ranked, so `show --sort` lists what `rows(_:)` does.
+                        if Value.order(value, kept[mid].1[sort]) < 0 { high = mid } else { low = mid + 1 }
                     }
                     if let limit, low >= limit { return true }
                     kept.insert((seen, row), at: low)
@@ -162,18 +164,6 @@ struct ShowCommand: ParsableCommand {
                 }
             }
             if let json { json.finish() } else if printed == 0 { print("(no rows)") }
-        }
-    }
-
-    static func precedes(_ a: Value, _ b: Value) -> Bool {
-        switch (a, b) {
-        case (.null, .null): false
-        case (.null, _): true
-        case (_, .null): false
-        case (.string(let x), .string(let y)): x < y
-        case (.bool(let x), .bool(let y)): !x && y
-        case (.timestamp(let x), .timestamp(let y)): x < y
-        default: (a.doubleValue ?? 0) < (b.doubleValue ?? 0)
         }
     }
 }

@@ -62,6 +62,32 @@ func temporaryPath(_ name: String) -> String {
         }
     }
 
+    /// `show --sort` lists rows in the library's order (`Value.order`, as `rows(_:)` sorts):
+    /// strings by UTF-8 bytes — "e" + U+0301 before "f" before "é", which Swift's `<` holds
+    /// equal to each other and after "f" — and values of different types ranked, not equal.
+    @Test func showSortsInTheLibrarysOrder() throws {
+        try withPreparedStore { path, store in
+            try store.createTable(.propertyBag("bag", key: [.int("id")]))
+            let values: [Value] = [
+                "é", "f", "e\u{301}", .bytes([2]), .bytes([1]), .int(5), .null, .bool(true), .double(-1.5), "a",
+                .timestamp(Date(timeIntervalSince1970: 1)), .bytes([1, 0]), .int(-3),
+            ]
+            try store.write { tx in
+                for (i, v) in values.enumerated() { try tx.insert("bag", ["id": .int(Int64(i)), "v": v]) }
+            }
+            let expected = try store.read { try $0.rows(Query("bag", orderBy: [.ascending("v")])) }.map { $0["id"].intValue! }
+            // The order the test relies on: not key order, and the precomposed "é" after "f".
+            #expect(expected != Array(0..<Int64(values.count)))
+            #expect(expected.firstIndex(of: 2)! < expected.firstIndex(of: 1)! && expected.firstIndex(of: 1)! < expected.firstIndex(of: 0)!)
+            for limit in [[], ["--limit", "4"]] {
+                let r = try runStrata(["show", path, "bag", "--sort", "v", "--json"] + limit)
+                let s = try #require(try json(r.out) as? [[String: Any]], "\(r.err)")
+                let ids = s.compactMap { (($0["values"] as? [String: Any])?["id"] as? [String: Int])?["int"] }.map(Int64.init)
+                #expect(ids == (limit.isEmpty ? expected : Array(expected.prefix(4))), "\(limit)")
+            }
+        }
+    }
+
     /// Text output cuts long values and says their size; JSON keeps them whole.
     @Test func longValuesAreElidedInTextWithTheirSize() throws {
         try withPreparedStore { path, store in
