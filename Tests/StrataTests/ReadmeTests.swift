@@ -14,7 +14,7 @@ import Testing
                 .int("id"), .string("title"), .bool("done", default: false), .string("notes", nullable: true),
             ]))
 
-            // One write = one atomic LMDB transaction: log appends and view updates together.
+            // One write = one atomic LMDB transaction: the log is durable when it returns; views are written behind.
             try store.write { tx in
                 try tx.insert("tasks", ["id": 7, "title": "Buy milk"])
                 try tx.insert("tasks", ["id": 8, "title": "Call mum"])
