@@ -175,8 +175,9 @@ extension SyncClient {
     ///
     /// - Throws: `StrataError` `invalidOperation` for an ack that does not match the batch in
     ///   flight: another batch id, a missing, extra or repeated row result, an error without a
-    ///   reason, or an action that does not fit the change (drop/recreate for inserts, retry for
-    ///   updates and deletes, rollback for updates). Nothing changes then.
+    ///   reason, an action that does not fit the change (drop, recreate or setAside for inserts;
+    ///   retry, rollback or setAside for updates; retry or setAside for deletes: see `match`), or a
+    ///   new key for a row that was not an accepted insert. Nothing changes then.
     @discardableResult
     public func acknowledge(_ ack: BatchAck) throws(StrataError) -> AckReport {
         return try strataErrors {
