@@ -151,8 +151,10 @@ public final class SyncClient: Sendable {
             try apply(.delete, table: delta.table, key: k, local: existing, server: nil, anchor: anchor, policy: policy, tx: tx, report: &report)
         }
         if mode == .snapshot {
-            // Rows the snapshot leaves out were deleted on the server.
-            let missing = try snap.rows(delta.table, includingDeleted: true).filter { !seen.contains($0.key) }
+            // Rows the snapshot leaves out were deleted on the server. Read through a snapshot
+            // taken now, not `snap`: the upserts above may have added property-bag fields, and
+            // `snap`'s catalog, older, cannot read the rows that hold them.
+            let missing = try tx.snapshot.rows(delta.table, includingDeleted: true).filter { !seen.contains($0.key) }
             for row in missing {
                 try apply(.delete, table: delta.table, key: row.key, local: row, server: nil, anchor: anchor, policy: policy, tx: tx, report: &report)
             }

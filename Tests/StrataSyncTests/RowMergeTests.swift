@@ -134,6 +134,29 @@ import Testing
         }
     }
 
+    /// A snapshot (a first pull) into a property bag whose rows bring fields the device has
+    /// never seen: the fields join the catalog, and the pass that looks for rows the snapshot
+    /// left out reads them. It used to read through the catalog from before the merge, so the
+    /// first sync of any store with property-bag data on the server failed with `corruptRecord`
+    /// ("field id 1 unknown to table 'bag'").
+    @Test func aSnapshotBringsNewPropertyBagFields() throws {
+        try withStore { store in
+            try store.createTable(.propertyBag("bag", key: [.int("id")]))
+            try store.write { tx in
+                try tx.insert("bag", ["id": 3, "shape": "round"])
+                try tx.acknowledge("bag", key: 3)
+            }
+            let report = try SyncClient(store: store).merge(ServerDelta(anchor: "s1", mode: .snapshot, tables: [
+                TableDelta("bag", upserts: [ServerRow(["id": 1, "color": "red"]), ServerRow(["id": 2, "size": "large", "color": "blue"])]),
+            ]))
+            #expect(report.rowsApplied == 3)  // two new rows, and row 3, which the snapshot leaves out, removed
+            let rows = try store.read { try $0.rows("bag") }
+            #expect(rows.map(\.key) == [1, 2])
+            #expect(rows.map { $0["color"] } == ["red", "blue"] && rows[1]["size"] == "large")
+            #expect(try store.verify().isConsistent)
+        }
+    }
+
     /// A local insert the server has not acknowledged holds no server copy, so a server row for
     /// its key is new to the device: it must carry the required fields, and the fields it leaves
     /// out take their defaults as the server's values. (Before, they got `null` originals, and a
