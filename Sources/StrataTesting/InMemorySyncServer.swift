@@ -5,7 +5,8 @@ import Synchronization
 
 /// A small in-process sync server, for tests and examples: it keeps tables of rows,
 /// serves deltas since an anchor, and applies batches with optimistic concurrency (an update or
-/// delete must name the values the server holds; an insert needs a free key). It answers a batch
+/// delete must name the values the server holds, and a delete every non-null one; an insert
+/// needs a free key). It answers a batch
 /// id it has seen before with the same acknowledgement, so a retried upload is never applied twice.
 ///
 /// It can also ask for a client reset, as a real server does: ``forget(client:)`` forgets a
@@ -195,6 +196,9 @@ public final class InMemorySyncServer: SyncTransport {
         case .delete:
             if let row = rows[key] {
                 for (f, o) in c.originals where (row[f] ?? .null) != o { return RowResult(table: c.table, key: c.key, status: .conflict) }
+                // The whole row: a field the delete does not name must be null here (the same
+                // rule as the reference server's).
+                for (f, v) in row where c.originals[f] == nil && !v.isNull { return RowResult(table: c.table, key: c.key, status: .conflict) }
                 rows[key] = nil
             }
         }

@@ -452,3 +452,41 @@ extension StaleAckTests {
         }
     }
 }
+
+@Suite struct DeleteOriginalsTests {
+    /// A delete names only its row's non-null originals. A field another client set since this
+    /// one last saw it null — or a property-bag field this one never knew — must still stop the
+    /// delete: it is a conflict, the value stays on the server, and the merge that follows
+    /// decides (here the server's: the row comes back with the other client's value).
+    @Test func aDeleteDoesNotRemoveAValueSetSinceItsOriginalsWereNull() async throws {
+        for unknownField in [false, true] {
+            try await withStoreAsync { store in
+                try store.createTable(tasks)
+                try store.createTable(.propertyBag("bag", key: [.int("id")]))
+                let server = InMemorySyncServer()
+                server.write("tasks", key: 1, ["title": "t", "priority": 0, "done": false, "notes": .null])
+                server.write("bag", key: 1, ["color": "red"])
+                let sync = SyncClient(store: store)
+                _ = try await sync.sync(with: server)
+                let table = unknownField ? "bag" : "tasks"
+                try await store.write { try $0.delete(table, key: 1) }
+                // Another client, meanwhile: a value where this one saw null (or no field).
+                if unknownField {
+                    server.write("bag", key: 1, ["color": "red", "size": "large"])
+                } else {
+                    server.write("tasks", key: 1, ["title": "t", "priority": 0, "done": false, "notes": "important"])
+                }
+                let batch = try #require(try sync.nextBatch())
+                #expect(batch.changes.map(\.kind) == [.delete])
+                try sync.markSent(batch)
+                let ack = try await server.push(batch)
+                #expect(ack.results.map(\.status) == [.conflict], "table \(table): the delete applied over a value it never saw")
+                try sync.acknowledge(ack)
+                _ = try await sync.sync(with: server)
+                let kept = unknownField ? ("size", Value.string("large")) : ("notes", Value.string("important"))
+                #expect(server.rows(table)[RowKey(1)]?[kept.0] == kept.1, "table \(table): the other client's value is gone from the server")
+                #expect(try await store.read { try $0.row(table, key: 1)?[kept.0] } == kept.1)
+            }
+        }
+    }
+}

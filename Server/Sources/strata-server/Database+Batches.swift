@@ -188,7 +188,12 @@ extension Database {
                 for (f, v) in nonKey { row.fields[f] = v.isNull && !table.isPropertyBag ? nil : v }
             case .delete:
                 guard live else { results.append(.ok(change.table, change.key)); continue }   // already gone
-                guard matches(change.originals) else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
+                // A delete changes every field, so it checks the whole row: the originals it
+                // names, and that every field it does not name is null here (a client names only
+                // its non-null originals). Otherwise a field someone set since the client last
+                // saw it null, or one the client never knew, would be deleted unseen.
+                let unnamedAreNull = row.fields.allSatisfy { f, v in change.originals[f] != nil || v.isNull }
+                guard matches(change.originals), unnamedAreNull else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
                 row.deleted = true
                 row.fields = [:]
             }

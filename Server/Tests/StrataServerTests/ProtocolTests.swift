@@ -133,7 +133,13 @@ struct ProtocolTests {
         // A delete naming stale originals is a conflict too; with the right ones it applies and
         // leaves a tombstone that the changes feed lists.
         #expect(try await b.push(Self.batch("b", 3, [RowChange(table: "tasks", key: 1, kind: .delete, originals: ["title": "t", "priority": 2])])).results[0].status == .conflict)
-        #expect(try await b.push(Self.batch("b", 4, [RowChange(table: "tasks", key: 1, kind: .delete, originals: ["title": "title A", "priority": 2])])).results[0].status == .ok)
+        // A delete changes every field: one that does not name a field the server holds (here
+        // `done`, filled in by its default, and `notes`, set by another client since) is a
+        // conflict, so that no value is deleted unseen.
+        #expect(try await a.push(Self.batch("a", 3, [update("notes", .null, "set by a")])).results[0].status == .ok)
+        #expect(try await b.push(Self.batch("b", 4, [RowChange(table: "tasks", key: 1, kind: .delete, originals: ["title": "title A", "priority": 2, "done": false])])).results[0].status == .conflict)
+        #expect(try await b.push(Self.batch("b", 5, [RowChange(table: "tasks", key: 1, kind: .delete, originals: ["title": "title A", "priority": 2, "notes": "set by a"])])).results[0].status == .conflict)
+        #expect(try await b.push(Self.batch("b", 6, [RowChange(table: "tasks", key: 1, kind: .delete, originals: ["title": "title A", "priority": 2, "done": false, "notes": "set by a"])])).results[0].status == .ok)
         let delta = try await a.pull(since: "0")
         #expect(delta.tables.first { $0.table == "tasks" }?.deletes == [1])
         #expect(try await a.pull(since: nil).tables.first { $0.table == "tasks" }?.upserts.isEmpty == true)
