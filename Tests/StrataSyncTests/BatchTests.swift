@@ -231,6 +231,43 @@ func clientRows(_ store: Store, _ table: String) throws -> [String] {
         }
     }
 
+    /// A rollback undoes what the refused update sent, and nothing the app did after the batch
+    /// was frozen: a later edit of the sent field, of another field, or a delete stays pending.
+    @Test func aRollbackKeepsEditsMadeWhileTheBatchWasInFlight() throws {
+        typealias Case = (name: String, edit: (Transaction) throws -> Void, serverValues: [String: Value]?, check: (Row?) -> Void)
+        let cases: [Case] = [
+            ("no later edit", { _ in }, nil, { row in
+                #expect(row?["title"] == "server" && row?.isPending == false)
+            }),
+            ("the sent field edited again", { try $0.update("tasks", key: 1, ["title": "later"]) }, nil, { row in
+                #expect(row?["title"] == "later" && row?.original("title") == "server" && row?.status == .updated)
+            }),
+            ("another field edited", { try $0.update("tasks", key: 1, ["notes": "later"]) }, nil, { row in
+                #expect(row?["title"] == "server" && row?["notes"] == "later" && row?.changedFields == ["notes"])
+            }),
+            ("another field edited, the server's values given", { try $0.update("tasks", key: 1, ["notes": "later"]) }, ["title": "theirs", "priority": 5], { row in
+                #expect(row?["title"] == "theirs" && row?["priority"] == 5 && row?["notes"] == "later" && row?.changedFields == ["notes"])
+            }),
+            ("the row deleted", { try $0.delete("tasks", key: 1) }, nil, { row in
+                #expect(row?.status == .deleted && row?.original("title") == "server")
+            }),
+        ]
+        for c in cases {
+            try prepared { store, sync, batch in
+                try sync.markSent(batch)
+                try store.write { try c.edit($0) }
+                let rollback = RowResult(table: "tasks", key: 1, status: .error, serverValues: c.serverValues, error: RowError(reason: "refused", action: .rollback))
+                try sync.acknowledge(BatchAck(batchID: batch.id, results: [rollback, .ok("tasks", 10), .ok("tasks", 2)]))
+                let row = try store.read { try $0.row("tasks", key: 1, includingDeleted: true) }
+                c.check(row)
+                #expect(try store.verify().isConsistent, "\(c.name)")
+                // What stays pending goes up in the next batch.
+                let next = try sync.nextBatch()?.changes.filter { $0.key == 1 }
+                #expect((next?.isEmpty ?? true) == !(row?.isPending ?? false), "\(c.name)")
+            }
+        }
+    }
+
     @Test func malformedAcknowledgementsChangeNothing() throws {
         let bad: [(String, (Batch) -> BatchAck)] = [
             ("another batch", { BatchAck(batchID: $0.id + "x", results: []) }),

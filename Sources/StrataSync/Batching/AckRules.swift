@@ -9,7 +9,9 @@ import Strata
 ///   (or, if the row was inserted again meanwhile, leaves it as a pending insert). Values the
 ///   server assigned become the originals too, and the currents where the app has not changed the
 ///   field since.
-/// - **rollback** (an update refused with that action): the row returns to the server's values.
+/// - **rollback** (an update refused with that action): the fields the update sent return to
+///   their originals (the server's values, when the result gives them); an edit made after the
+///   batch was frozen — to those fields, to others, or a delete — stays pending.
 enum AckRules {
     static func ok(_ change: RowChange, local: RowState?, serverValues: [String: Value]) -> RowState? {
         var state: RowState
@@ -46,13 +48,25 @@ enum AckRules {
         return state
     }
 
-    static func rollback(local: RowState?, serverValues: [String: Value]?) -> RowState? {
+    static func rollback(_ change: RowChange, local: RowState?, serverValues: [String: Value]?) -> RowState? {
         guard var state = local else { return nil }
-        state.fields = state.fields.mapValues { .clean($0.original) }
-        for (f, v) in serverValues ?? [:] { state.fields[f] = .clean(v) }
-        state.fields = state.fields.filter { !$0.value.current.isNull }
-        state.isDeleted = false
-        state.isConflicted = false
+        for (f, sent) in change.values {
+            guard let field = state.fields[f] else { continue }
+            // Still what was sent: back to the original. Edited again after the batch was
+            // frozen: that edit stays, pending against the original.
+            if field.current == sent { state.fields[f] = .clean(field.original) }
+        }
+        for (f, v) in serverValues ?? [:] {
+            let field = state.fields[f] ?? .clean(.null)
+            // The server's value is the new original; the current follows it unless the app
+            // changed the field after the batch was frozen (or deleted the row).
+            let edited = !state.isDeleted && field.current != field.original
+            state.fields[f] = edited ? RowState.Field(original: v, current: field.current) : .clean(v)
+        }
+        state.fields = state.fields.filter { !($0.value.original.isNull && $0.value.current.isNull) }
+        // A delete made after the batch was frozen stays pending, as does a conflict a later
+        // merge raised; with nothing left to upload, the row is simply the server's again.
+        if !state.isDeleted && state.fields.values.allSatisfy({ $0.current == $0.original }) { state.isConflicted = false }
         return state
     }
 }

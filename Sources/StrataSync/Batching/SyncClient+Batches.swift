@@ -225,7 +225,7 @@ extension SyncClient {
                             try tx.setRowState(change.table, key: change.key, nil, kind: .uploadRejected, origin: .server, annotation: Array(e.reason.utf8))
                             report.dropped += 1
                         case .rollback:
-                            let state = AckRules.rollback(local: local, serverValues: result.serverValues)
+                            let state = AckRules.rollback(change, local: local, serverValues: result.serverValues)
                             try tx.setRowState(change.table, key: change.key, state, kind: .uploadRejected, origin: .server, annotation: Array(e.reason.utf8))
                             report.rolledBack += 1
                         case .recreate, .retry:
