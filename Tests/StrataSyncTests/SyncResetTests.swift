@@ -42,6 +42,50 @@ import Testing
         }
     }
 
+    /// A reset that keeps local changes keeps a deferred conflict too: the row is not uploaded
+    /// as if the app had chosen its local values; it waits, in conflict against the server's
+    /// current values, until the app resolves it. The same for a row deleted here and changed
+    /// there, and for one changed here and deleted there.
+    @Test func aResetKeepsDeferredConflictsUnresolved() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let transport = server.client(store.clientID)
+            let sync = SyncClient(store: store, policy: .deferred)
+            try await store.write { tx in for i in 1...3 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string("t\(i)")]) } }
+            _ = try await sync.sync(with: transport)
+            try await store.write { tx in
+                try tx.update("tasks", key: 1, ["title": "mine"])
+                try tx.delete("tasks", key: 2)
+                try tx.update("tasks", key: 3, ["title": "mine"])
+            }
+            server.write("tasks", key: 1, ["title": "theirs", "priority": 0, "done": false])
+            server.write("tasks", key: 2, ["title": "theirs", "priority": 0, "done": false])
+            server.write("tasks", key: 3, nil)
+            _ = try await sync.sync(with: transport)
+            #expect(try sync.conflicts().map(\.key) == [1, 2, 3])
+            let conflictingFields = try sync.conflicts().map(\.fields)
+
+            server.forget(client: store.clientID)
+            let report = try await sync.sync(with: transport, backoff: .milliseconds(1))
+            #expect(report.reset?.keptLocalChanges == true)
+            #expect(try sync.conflicts().map(\.key) == [1, 2, 3], "the reset resolved the conflicts itself")
+            #expect(try sync.conflicts().map(\.fields) == conflictingFields)
+            #expect(server.rows("tasks")[1]?["title"] == "theirs")
+            #expect(server.rows("tasks")[2]?["title"] == "theirs")
+            #expect(server.rows("tasks")[3] == nil)
+            #expect(try await store.read { try $0.row("tasks", key: 1)?["title"] } == "mine")
+
+            // The app decides; then the rows go up.
+            try sync.resolve("tasks", key: 1, with: .local)
+            try sync.resolve("tasks", key: 2, with: .server)
+            try sync.resolve("tasks", key: 3, with: .server)
+            _ = try await sync.sync(with: transport)
+            #expect(server.rows("tasks")[1]?["title"] == "mine")
+            #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")))
+            #expect(try store.verify().isConsistent)
+        }
+    }
+
     @Test func anExpiredAnchorResetsDiscardingEditsWhenAsked() async throws {
         try await withStoreAsync { store in
             let server = InMemorySyncServer()

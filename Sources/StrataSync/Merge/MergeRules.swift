@@ -341,7 +341,21 @@ enum MergeRules {
     /// A client reset: the server's row (`nil`: the server has none) against the local state.
     /// Keeping local changes re-applies every locally changed field on top of the server's
     /// values; otherwise the server's row replaces the local one.
+    ///
+    /// A row in an unresolved (deferred) conflict stays in conflict, with the same fields marked:
+    /// the reset brings the server's current values, but choosing between them and the local
+    /// ones is still the app's, and until it does the batcher holds the row back.
     static func reset(local: RowState?, server: [String: Value]?, keepLocalChanges: Bool) -> RowState? {
+        guard var state = resetValues(local: local, server: server, keepLocalChanges: keepLocalChanges) else { return nil }
+        if keepLocalChanges, let local, local.isConflicted,
+           state.isInserted || state.isDeleted || state.fields.values.contains(where: { $0.original != $0.current }) {
+            state.isConflicted = true
+            for f in local.conflictingFields { state.fields[f, default: .clean(.null)].isInConflict = true }
+        }
+        return state
+    }
+
+    private static func resetValues(local: RowState?, server: [String: Value]?, keepLocalChanges: Bool) -> RowState? {
         let fresh = server.map { RowState(fields: $0.filter { !$0.value.isNull }.mapValues(RowState.Field.clean)) }
         guard keepLocalChanges, let local, local.isInserted || local.isDeleted || local.fields.values.contains(where: { $0.original != $0.current }) else {
             return fresh
