@@ -33,13 +33,18 @@ public final class InMemorySyncServer: SyncTransport {
     private let state = Locked(State())
     /// The key fields of each table, by table name (`["id"]` when not listed).
     public let keyFields: [String: [String]]
+    /// References between tables: a child in a batch that names a parent the same batch gave a
+    /// new key (through ``decide``) is stored with the new key, as `strata-server` does.
+    public let associations: [Association]
     /// Lets a test refuse changes or assign keys and values: return a result to use instead of
     /// the server's own.
     public let decide: (@Sendable (RowChange) -> RowResult?)?
 
-    /// An empty server; `keyFields` names each table's key fields, `decide` lets a test answer rows itself.
-    public init(keyFields: [String: [String]] = [:], decide: (@Sendable (RowChange) -> RowResult?)? = nil) {
+    /// An empty server; `keyFields` names each table's key fields, `associations` the references
+    /// that follow a key the server assigns, `decide` lets a test answer rows itself.
+    public init(keyFields: [String: [String]] = [:], associations: [Association] = [], decide: (@Sendable (RowChange) -> RowResult?)? = nil) {
         self.keyFields = keyFields
+        self.associations = associations
         self.decide = decide
     }
 
@@ -163,9 +168,18 @@ public final class InMemorySyncServer: SyncTransport {
         state.withLock { s in
             if let ack = s.acks[batch.id] { return ack }
             var results: [RowResult] = []
-            for change in batch.changes {
+            var rekeyed: [String: [Value: Value]] = [:]   // parent table → client key → server key
+            for sent in batch.changes {
+                // A child naming a parent that this batch re-keyed follows the parent's new key.
+                var change = sent
+                for a in associations where a.child == change.table {
+                    if let v = change.values[a.field], let new = rekeyed[a.parent]?[v] { change.values[a.field] = new }
+                }
                 if let custom = decide?(change) {
                     if custom.status == .ok { _ = apply(change, &s, as: custom.newKey, serverValues: custom.serverValues ?? [:]) }
+                    if custom.status == .ok, change.kind == .insert, let k = custom.newKey, k.values.count == 1, change.key.values.count == 1 {
+                        rekeyed[change.table, default: [:]][change.key.values[0]] = k.values[0]
+                    }
                     results.append(custom)
                 } else {
                     results.append(apply(change, &s))

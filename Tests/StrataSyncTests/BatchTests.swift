@@ -312,6 +312,40 @@ func clientRows(_ store: Store, _ table: String) throws -> [String] {
             #expect(try store.verify().isConsistent)
         }
     }
+
+    /// The parent and its children in one batch: the server stores the children with the key it
+    /// gave the parent, and so does the client — nothing is left pending.
+    @Test func aChildInTheSameBatchAsItsRekeyedParentIsNotLeftPending() async throws {
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(assigned)
+            try store.createTable(priorities)
+            let server = InMemorySyncServer(associations: [taskPriority]) { c in
+                c.table == "priorities" && c.kind == .insert ? .ok(c.table, c.key, newKey: 100) : nil
+            }
+            server.write("assigned", key: 2, ["title": "old", "priority": .null])
+            let sync = SyncClient(store: store, associations: [taskPriority])
+            _ = try await sync.sync(with: server)
+            try await store.write { tx in
+                try tx.insert("priorities", ["id": -1, "name": "urgent"])
+                try tx.insert("assigned", ["id": 1, "title": "new", "priority": -1])   // a new child
+                try tx.update("assigned", key: 2, ["priority": -1])                   // an old row re-parented
+            }
+            let batch = try #require(try sync.nextBatch())
+            #expect(batch.changes.map(\.table) == ["priorities", "assigned", "assigned"])
+            let report = try sync.acknowledge(try await server.push(batch))
+            #expect(report.acknowledged == 3 && report.rekeyed == 1)
+            for key: RowKey in [1, 2] {
+                #expect(server.rows("assigned")[key]?["priority"] == 100, "server row \(key)")
+                let row = try #require(try await store.read { try $0.row("assigned", key: key) })
+                #expect(row["priority"] == 100 && !row.isPending, "client row \(key): \(row)")
+            }
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+            #expect(try sync.nextBatch() == nil)
+            #expect(serverRows(server, "assigned") == (try clientRows(store, "assigned")))
+            #expect(try store.verify().isConsistent)
+        }
+    }
 }
 
 /// A transport that loses requests and responses, repeats them and fails, at random.

@@ -12,7 +12,28 @@ import Strata
 /// - **rollback** (an update refused with that action): the fields the update sent return to
 ///   their originals (the server's values, when the result gives them); an edit made after the
 ///   batch was frozen — to those fields, to others, or a delete — stays pending.
+/// - **keys replaced in the same batch**: a server that gives a new row its own key stores the
+///   children of that row in the same batch with the new key, so a child's sent values are read
+///   through the keys the acknowledgement has replaced before it (``followingKeys``).
 enum AckRules {
+    /// `change` as the server stored it: a field of a declared association that names a parent
+    /// this acknowledgement has already moved to a server key (`rekeyed`: parent table → client
+    /// key → server key) names the server key instead.
+    ///
+    /// Why: `rekey` rewrites the child's local values to the new key; if the child's originals
+    /// then took the client key it sent, the child would look edited (client key → server key)
+    /// and upload an update the server does not need, which under `clientWins` could overwrite
+    /// another client's later change. Parents are acknowledged before their children because
+    /// batches are ordered parents first.
+    static func followingKeys(_ change: RowChange, rekeyed: [String: [Value: Value]], associations: [Association]) -> RowChange {
+        guard !rekeyed.isEmpty else { return change }
+        var change = change
+        for a in associations where a.child == change.table {
+            if let v = change.values[a.field], let new = rekeyed[a.parent]?[v] { change.values[a.field] = new }
+        }
+        return change
+    }
+
     static func ok(_ change: RowChange, local: RowState?, serverValues: [String: Value]) -> RowState? {
         var state: RowState
         switch change.kind {

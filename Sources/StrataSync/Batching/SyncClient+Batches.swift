@@ -197,7 +197,11 @@ extension SyncClient {
                 let frozenAt = UInt64(frozen)
                 var report = AckReport()
                 var rejected = try Self.rejected(tx)
-                for (change, result) in zip(batch.changes, results) {
+                // Parent table → client key → server key, for the rows this ack has rekeyed so far
+                // (parents come first in a batch: see `AckRules.followingKeys`).
+                var rekeyed: [String: [Value: Value]] = [:]
+                for (sent, result) in zip(batch.changes, results) {
+                    let change = AckRules.followingKeys(sent, rekeyed: rekeyed, associations: associations)
                     let local = try tx.row(change.table, key: change.key, includingDeleted: true).map(RowState.init)
                     switch result.status {
                     case .ok:
@@ -211,6 +215,9 @@ extension SyncClient {
                         let state = AckRules.ok(change, local: local, serverValues: result.serverValues ?? [:])
                         if let newKey = result.newKey, newKey != change.key {
                             try rekey(change, to: newKey, state: state, tx: tx)
+                            if change.key.values.count == 1, newKey.values.count == 1 {
+                                rekeyed[change.table, default: [:]][change.key.values[0]] = newKey.values[0]
+                            }
                             report.rekeyed += 1
                         } else {
                             try tx.setRowState(change.table, key: change.key, state, kind: .acknowledge, origin: .server, annotation: Array(batch.id.utf8))
@@ -276,7 +283,8 @@ extension SyncClient {
         return results
     }
 
-    /// Moves an acknowledged insert to the server's key and rewrites every reference to it.
+    /// Moves an acknowledged insert to the server's key and rewrites every reference to it (the
+    /// changes of the same batch that name it are translated by `AckRules.followingKeys`).
     private func rekey(_ change: RowChange, to newKey: RowKey, state: RowState?, tx: Transaction) throws {
         guard try tx.row(change.table, key: newKey, includingDeleted: true) == nil else {
             throw StrataError(.invalidOperation, "the server's key \(newKey) for row \(change.table) \(change.key) is already used on this device; nothing was applied")
