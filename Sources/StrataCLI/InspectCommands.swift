@@ -287,7 +287,9 @@ struct PendingCommand: ParsableCommand {
             // Printed as they are read: memory stays flat however many rows are pending.
             var json = output.json ? JSONArrayPrinter() : nil
             var count = 0
-            try SyncClient(store: try target.open()).forEachPendingChange { c in
+            let store = try target.open()
+            // Ordered as `strata sync` uploads: by the associations `strata create` stored.
+            try SyncClient(store: store, associations: try StoredAssociations.read(store)).forEachPendingChange { c in
                 count += 1
                 if json != nil { return try json!.add(c) }
                 let values = c.values.sorted { $0.key < $1.key }.map { "\($0.key) = \(displayValue($0.value))" }

@@ -10,6 +10,7 @@ struct SyncCommand: AsyncParsableCommand {
         abstract: "Sync a store with a Strata sync server: pull and merge, then push the pending rows.",
         discussion: """
             Progress goes to standard error; the merge and acknowledgement report to standard output.
+            Uploads go parents first by the associations of the tables file that `strata create` read (stored with the store); --tables reads them from a tables file instead (for a store created otherwise).
             Example:
               strata sync ./phone --server http://127.0.0.1:8080 --token "$TOKEN"
             """
@@ -19,6 +20,7 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: "The bearer token for this store's client id (strata-server token create).") var token: String
     @Option(help: "Seconds a request may take.") var timeout: Double = 30
     @Option(help: "server-wins, client-wins, last-writer-wins or deferred.") var policy: String = "server-wins"
+    @Option(help: "A tables file whose associations to use instead of the ones `strata create` stored.") var tables: String?
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
@@ -42,7 +44,8 @@ struct SyncCommand: AsyncParsableCommand {
     func run() async throws {
         do {
             let store = try target.open()
-            let sync = SyncClient(store: store, policy: ConflictPolicy(argument: policy)!)
+            let associations = try tables.map { try CreateCommand.TablesFile.read($0).associations ?? [] } ?? StoredAssociations.read(store)
+            let sync = SyncClient(store: store, policy: ConflictPolicy(argument: policy)!, associations: associations)
             let transport = HTTPSyncTransport(server: URL(string: server)!, token: token, timeout: timeout)
             let quiet = output.json
             let report = try await sync.sync(with: transport, maxAttempts: 3) { p in
@@ -82,7 +85,11 @@ struct CreateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "create",
         abstract: "Create a store with the tables of a strata-server tables file (JSON), and print its client id.",
-        discussion: "Example:\n  strata create ./phone --tables Server/Examples/tables.json"
+        discussion: """
+            The file's associations are stored with the store: `strata sync` and `strata pending` order uploads by them, parents first. The store is built in a hidden folder beside the new one and renamed at the end, so a failed create leaves nothing behind.
+            Example:
+              strata create ./phone --tables Server/Examples/tables.json
+            """
     )
     @Argument(help: "The new store's folder.") var store: String
     @Option(help: "The tables file (the one strata-server runs with).") var tables: String
@@ -102,24 +109,85 @@ struct CreateCommand: ParsableCommand {
             var fields: [Field]
         }
         var tables: [Table]
+        var associations: [Association]?
+
+        /// The tables file at `path`, its associations checked against its tables.
+        static func read(_ path: String) throws -> TablesFile {
+            guard let data = FileManager.default.contents(atPath: path) else { throw StrataError(.io, "cannot read the tables file '\(path)'") }
+            let file: TablesFile
+            do { file = try JSONDecoder().decode(TablesFile.self, from: data) } catch {
+                throw StrataError(.malformedInput, "the tables file '\(path)' is not valid: \(error)")
+            }
+            for a in file.associations ?? [] {
+                guard let child = file.tables.first(where: { $0.name == a.child }), child.fields.contains(where: { $0.name == a.field }),
+                      file.tables.contains(where: { $0.name == a.parent }) else {
+                    throw StrataError(.malformedInput, "the tables file '\(path)' is not valid: association \(a.child).\(a.field) → \(a.parent) names a table or field it does not define")
+                }
+            }
+            return file
+        }
     }
 
     func run() throws {
         try reportingErrors {
-            guard let data = FileManager.default.contents(atPath: tables) else { throw StrataError(.io, "cannot read the tables file '\(tables)'") }
-            let file: TablesFile
-            do { file = try JSONDecoder().decode(TablesFile.self, from: data) } catch {
-                throw StrataError(.malformedInput, "the tables file '\(tables)' is not valid: \(error)")
-            }
+            let file = try TablesFile.read(tables)
             guard !FileManager.default.fileExists(atPath: store) else { throw StrataError(.invalidOperation, "'\(store)' already exists") }
-            let s = try Store(path: store)
-            for t in file.tables {
-                let fields = t.fields.map { FieldDefinition($0.name, $0.type, nullable: $0.nullable ?? false, default: $0.default) }
-                try s.createTable(t.mode == .propertyBag
-                    ? .propertyBag(t.name, key: fields.filter { t.primaryKey.contains($0.name) })
-                    : .fixed(t.name, primaryKey: t.primaryKey, fields: fields))
+            // Built under a hidden name beside the new store and renamed when complete: a create
+            // that fails (or is killed) never leaves a half-made store under the name asked for.
+            let target = URL(fileURLWithPath: store).standardizedFileURL
+            let parent = target.deletingLastPathComponent()
+            let scratch = parent.appendingPathComponent(".\(target.lastPathComponent).creating-\(UUID().uuidString)").path
+            do {
+                try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
+            } catch {
+                throw StrataError(.io, "cannot create the folder '\(parent.path)': \(error.localizedDescription)")
             }
-            print(s.clientID)
+            let clientID: String
+            do {
+                let s = try Store(path: scratch)
+                defer { s.close() }
+                for t in file.tables {
+                    let fields = t.fields.map { FieldDefinition($0.name, $0.type, nullable: $0.nullable ?? false, default: $0.default) }
+                    try s.createTable(t.mode == .propertyBag
+                        ? .propertyBag(t.name, key: fields.filter { t.primaryKey.contains($0.name) })
+                        : .fixed(t.name, primaryKey: t.primaryKey, fields: fields))
+                }
+                let associations = file.associations ?? []
+                try s.write { tx in try tx.setProperty(StoredAssociations.property, StoredAssociations.value(associations)) }
+                clientID = s.clientID
+            } catch {
+                try? FileManager.default.removeItem(atPath: scratch)
+                throw error
+            }
+            do {
+                // rename(2) without replacing: a folder made meanwhile under that name is kept.
+                try FileManager.default.moveItem(atPath: scratch, toPath: target.path)
+            } catch {
+                try? FileManager.default.removeItem(atPath: scratch)
+                throw StrataError(.io, "cannot move the new store to '\(store)': \(error.localizedDescription)")
+            }
+            print(clientID)
         }
+    }
+}
+
+/// The associations of the tables file a store was created from (`strata create`), kept as a
+/// store property so that `strata sync` and `strata pending` order uploads as the server expects.
+enum StoredAssociations {
+    static let property = "strata.cli.associations"
+
+    static func value(_ associations: [Association]) throws -> Value {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        return .string(String(decoding: try encoder.encode(associations), as: UTF8.self))
+    }
+
+    /// The stored associations; none for a store that `strata create` did not make.
+    static func read(_ store: Store) throws -> [Association] {
+        guard let stored = try store.read({ try $0.property(property) }) else { return [] }
+        guard let text = stored.stringValue, let list = try? JSONDecoder().decode([Association].self, from: Data(text.utf8)) else {
+            throw StrataError(.corruptRecord, "the store's associations (property \(property)) are not readable: \(stored)")
+        }
+        return list
     }
 }
