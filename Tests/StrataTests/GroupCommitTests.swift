@@ -175,3 +175,31 @@ import Testing
         }
     }
 }
+
+@Suite struct OverlayBudgetTests {
+    /// The bytes of writes that rolled back stay in the overlay's memory (its arena) until a
+    /// checkpoint starts over; the budget counts them, so the next write that succeeds
+    /// checkpoints, and a loop of failing writes does not grow the process without bound.
+    @Test func writesThatRollBackCountAgainstTheBudget() throws {
+        struct Refused: Error {}
+        var options = StoreOptions()
+        options.overlayBudget = 256 << 10
+        try withStore(options) { store, _ in
+            try store.createTable(tasksSchema)
+            for round in 0..<8 {
+                #expect(throws: Refused.self) {
+                    try store.write { tx in
+                        for i in 0..<500 { try tx.insert("tasks", ["id": .int(Int64(round * 1000 + i)), "title": .string(String(repeating: "x", count: 100))]) }
+                        throw Refused()
+                    }
+                }
+            }
+            #expect(store.overlay.current.arena.storedBytes > options.overlayBudget, "the rolled-back writes' bytes are in the arena")
+            try store.write { try $0.insert("tasks", ["id": 1, "title": "kept"]) }
+            let after = store.overlay.current
+            #expect(after.isEmpty && after.arena.storedBytes == 0, "the write that succeeded did not checkpoint: \(after.arena.storedBytes) bytes held")
+            #expect(try store.read { try $0.rows("tasks").map(\.key) } == [1])
+            #expect(try store.verify().isConsistent)
+        }
+    }
+}

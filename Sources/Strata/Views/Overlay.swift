@@ -22,6 +22,7 @@ final class EntryArena: @unchecked Sendable {
     private var chunks: [UnsafeMutableRawPointer] = []
     private var next: UnsafeMutableRawPointer? = nil
     private var left = 0
+    private var stored = 0
     static let chunkSize = 1 << 20
 
     init() {}
@@ -33,6 +34,7 @@ final class EntryArena: @unchecked Sendable {
         let size = key.count + (value?.count ?? 0)
         lock.lock()
         defer { lock.unlock() }
+        stored += size
         if size > Self.chunkSize / 4 {
             // A large entry gets a chunk of its own; the current chunk stays in use.
             let chunk = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 16)
@@ -49,6 +51,15 @@ final class EntryArena: @unchecked Sendable {
         next = base + size
         left -= size
         return Self.copy(key, value, to: base)
+    }
+
+    /// Every byte stored since the arena began, also those of entries no version holds: a
+    /// write that failed or rolled back, a tail two readers folded at once and only one
+    /// published. A version's `bytes` counts only what it holds, so the budget checks this too.
+    var storedBytes: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return stored
     }
 
     private static func copy(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?, to base: UnsafeMutableRawPointer) -> EntryRef {

@@ -659,7 +659,10 @@ public final class Transaction {
             }
         }
         overlay.version.lsn = nextLSN - 1
-        if checkpointRequested || overlay.version.bytes > store.options.overlayBudget {
+        // The arena's bytes too: those of failed writes stay in it until a checkpoint starts a
+        // new one, and a process whose writes keep failing must not grow without bound.
+        let budget = store.options.overlayBudget
+        if checkpointRequested || overlay.version.bytes > budget || overlay.version.arena.storedBytes > budget {
             try checkpoint()
         }
     }
