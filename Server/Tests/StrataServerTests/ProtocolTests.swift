@@ -169,7 +169,7 @@ struct ProtocolTests {
         _ = try await a.push(Self.batch("a", 1, [Self.insert(1, "one"), Self.insert(2, "two")]))
         let before = try db.sql("SELECT tbl, key, fields, deleted FROM strata_rows ORDER BY 1, 2")
         let ack = try await a.push(Self.batch("a", 2, [
-            RowChange(table: "tasks", key: 2, kind: .delete, originals: ["title": "two"]),
+            RowChange(table: "tasks", key: 2, kind: .delete, originals: ["title": "two", "priority": 0, "done": false]),
             RowChange(table: "comments", key: -1, kind: .insert, values: ["id": -1, "task": 9, "text": "no such task"]),
             RowChange(table: "comments", key: -2, kind: .insert, values: ["id": -2, "task": 2, "text": "task deleted just before"]),
             RowChange(table: "comments", key: -3, kind: .insert, values: ["id": -3, "task": 1, "text": "fine"]),
@@ -189,7 +189,8 @@ struct ProtocolTests {
         defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
         let t = HTTPSyncTransport(server: server.url, token: try db.token(for: "a"), pageSize: 3)
         _ = try await t.push(Self.batch("a", 1, (1...10).map { Self.insert($0, "t\($0)") }))
-        _ = try await t.push(Self.batch("a", 2, [RowChange(table: "tasks", key: 2, kind: .delete, originals: ["title": "t2"])]))
+        // A delete names every non-null field, the defaults the server filled in too.
+        _ = try await t.push(Self.batch("a", 2, [RowChange(table: "tasks", key: 2, kind: .delete, originals: ["title": "t2", "priority": 0, "done": false])]))
         // Ten rows in pages of three, as one delta; the deleted row is absent from a snapshot.
         let snapshot = try await t.pull(since: nil)
         #expect(snapshot.mode == .snapshot && snapshot.anchor == "11")
