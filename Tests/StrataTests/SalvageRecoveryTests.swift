@@ -58,6 +58,31 @@ import Testing
         }
     }
 
+    /// A store property whose name is not ASCII: salvage used to take the meta page holding
+    /// it for a page of binary keys, find no catalog anywhere, and fail outright.
+    @Test func aStoreWithANonASCIIPropertyNameIsSalvaged() throws {
+        try withTemporaryFolder { base in
+            let (damaged, recovered) = (base + "/damaged", base + "/recovered")
+            do {
+                let store = try Store(path: damaged)
+                defer { store.close() }
+                try store.createTable(tasksSchema)
+                try store.write { tx in
+                    for i in 1...40 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string(String(repeating: "x", count: 200))]) }
+                    try tx.setProperty("données", "été")
+                }
+                try store.checkpoint()
+            }
+            try Self.zeroLogPage(damaged, holding: 1)
+            let report = try Store.salvage(from: damaged, into: recovered)
+            #expect(report.recoveredOperations > 0, "\(report)")
+            let store = try Store(path: recovered)
+            defer { store.close() }
+            #expect(try store.read { try $0.property("données") } == "été")
+            #expect(try store.verify().isConsistent)
+        }
+    }
+
     /// A store of five acknowledged rows, compacted through LSN 10 to an empty log.
     static func makeStoreCompactedToAnEmptyLog(_ path: String) throws {
         let store = try Store(path: path)

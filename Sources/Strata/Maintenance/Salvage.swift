@@ -436,8 +436,11 @@ struct RawPages {
                 if keySize == 8 {
                     logCandidates.append((Self.u64be(key), value))
                 }
-                if keySize > 0, key.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
-                    metaEntries[String(decoding: key, as: UTF8.self)] = value
+                // Meta keys are text: ASCII names, and property names, which may be any UTF-8
+                // (a page of log or view keys holds binary ones).
+                if keySize > 0, let name = String(validating: key, as: UTF8.self),
+                   name.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) {
+                    metaEntries[name] = value
                 } else {
                     allTextKeys = false
                 }
