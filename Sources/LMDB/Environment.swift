@@ -348,7 +348,7 @@ public final class Environment: @unchecked Sendable {
     /// sync fails with ``LMDBError/ResultCode/closed``; sizes read as 0. Closing twice does nothing.
     ///
     /// LMDB's locks belong to the process, so the files must not be opened again in this process
-    /// before this returns (see the caveats in `lmdb.h`, and the README, "Durability and concurrency").
+    /// before this returns (see the caveats in `lmdb.h`, and docs/durability-and-concurrency.md).
     ///
     /// - Precondition: the calling thread holds no transaction of this environment.
     public func close() {

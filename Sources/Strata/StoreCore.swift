@@ -8,7 +8,7 @@ import Synchronization
 ///
 /// LMDB's locks belong to the process: a second `mdb_env_open` of the same files in one process,
 /// or closing one, drops the locks the first relies on (lost commits, corrupted pages; see the
-/// caveats in `lmdb.h` and the README, "Durability and concurrency"). So a folder is opened once
+/// caveats in `lmdb.h` and docs/durability-and-concurrency.md). So a folder is opened once
 /// per process: ``StoreRegistry`` hands every `Store(path:)` of an open folder this same object
 /// and closes it when the last `Store` over it is closed or released.
 ///

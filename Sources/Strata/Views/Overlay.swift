@@ -1,7 +1,7 @@
 import Foundation
 
 // The overlay: view entries written since the last checkpoint, kept in memory on top of the
-// views in LMDB (the README, "Write-behind views"). A commit appends only to the log; the
+// views in LMDB (docs/write-behind-views.md). A commit appends only to the log; the
 // view changes it implies land here, and a checkpoint writes them into LMDB in key order.
 //
 // Snapshot isolation comes from immutability: every commit publishes a new `OverlayVersion`,

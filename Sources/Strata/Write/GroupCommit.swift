@@ -3,7 +3,7 @@ import Foundation
 import LMDB
 import Synchronization
 
-// Group commit (the README, "Durability and concurrency"). Concurrent writes of one store queue here; one
+// Group commit (docs/durability-and-concurrency.md). Concurrent writes of one store queue here; one
 // leader runs the queued closures in a single LMDB write transaction, each closure in a nested
 // transaction of its own, and commits once: every caller returns after that one durable commit,
 // so many writers share one fsync. A lone writer runs its closure directly in the transaction,
