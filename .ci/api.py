@@ -11,7 +11,7 @@ default implementations (`!=`, `hashValue`, …) are left out: the conformance l
     python3 .ci/api.py update    # rewrite api/*.txt from the symbol graphs
     python3 .ci/api.py missing   # public declarations without a doc comment
 
-`check` also holds the error model (README, "Errors"): every public throwing declaration of
+`check` also holds the error model (docs/errors-and-validation.md, "Typed throws"): every public throwing declaration of
 Strata's own modules throws `StrataError` (typed), except where a caller's or a protocol's errors
 must pass through: Codable's requirements, APIs that take a throwing closure (the closure's errors
 reach the caller unchanged), and the sync transports (`SyncTransport` is implemented by apps, and
