@@ -103,10 +103,10 @@ extension StoreDatabases {
         _ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: ViewWriter,
         checkingUniqueness: Bool = true
     ) throws(StrataError) {
-        let indexChanges = try self.indexChanges(t, target: target, old: old, new: new, in: txn, checkingUniqueness: checkingUniqueness)
-        let viewChanges = try self.viewChanges(t, target: target, old: old, new: new)
-        guard !indexChanges.isEmpty || !viewChanges.isEmpty else { return }
         let rowKey = Array(target[4...])
+        let indexChanges = try self.indexChanges(t, target: target, rowKey: rowKey, old: old, new: new, in: txn, checkingUniqueness: checkingUniqueness)
+        let viewChanges = try self.viewChanges(t, target: target, rowKey: rowKey, old: old, new: new)
+        guard !indexChanges.isEmpty || !viewChanges.isEmpty else { return }
         try lmdb { () throws(LMDBError) in
             for c in indexChanges {
                 if let o = c.old { try txn.delete(o, in: self.index) }
@@ -122,11 +122,10 @@ extension StoreDatabases {
     /// The index entries of table `t` to delete and put for a row that changed from `old` to
     /// `new`, checked (uniqueness, key length) but not written.
     private func indexChanges(
-        _ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: ViewWriter,
+        _ t: TableInfo, target: UnsafeRawBufferPointer, rowKey: [UInt8], old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?, in txn: ViewWriter,
         checkingUniqueness: Bool
     ) throws(StrataError) -> [(old: [UInt8]?, new: [UInt8]?)] {
         guard !t.indexes.isEmpty else { return [] }
-        let rowKey = Array(target[4...])
         var changes: [(old: [UInt8]?, new: [UInt8]?)] = []
         for index in t.indexes {
             let oldValues = try old.map { (r) throws(StrataError) in try IndexKeys.values(index, table: t, target: target, record: r) }

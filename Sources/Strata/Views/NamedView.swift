@@ -49,7 +49,7 @@ extension StoreDatabases {
     /// The named-view entries of table `t` to delete and put for a row that changed from `old`
     /// to `new`, checked against LMDB's key limit but not written (see
     /// ``updateIndexesAndViews(_:target:old:new:in:checkingUniqueness:)``).
-    func viewChanges(_ t: TableInfo, target: UnsafeRawBufferPointer, old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?) throws(StrataError) -> [(old: [UInt8]?, new: [UInt8]?)] {
+    func viewChanges(_ t: TableInfo, target: UnsafeRawBufferPointer, rowKey: [UInt8], old: UnsafeRawBufferPointer?, new: UnsafeRawBufferPointer?) throws(StrataError) -> [(old: [UInt8]?, new: [UInt8]?)] {
         guard !t.views.isEmpty else { return [] }
         // A view holds the rows the app can read: not those deleted locally.
         func visible(_ record: UnsafeRawBufferPointer?) throws(StrataError) -> Row? {
@@ -58,7 +58,6 @@ extension StoreDatabases {
             return row.status == .deleted ? nil : row
         }
         let (before, after) = (try visible(old), try visible(new))
-        let rowKey = Array(target[4...])
         var changes: [(old: [UInt8]?, new: [UInt8]?)] = []
         for view in t.views {
             let o = before.flatMap { view.query.filter?.matches($0) ?? true ? ViewKeys.entry(view, $0, rowKey: rowKey[...]) : nil }
