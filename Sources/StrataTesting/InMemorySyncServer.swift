@@ -170,11 +170,9 @@ public final class InMemorySyncServer: SyncTransport {
             var results: [RowResult] = []
             var rekeyed: [String: [Value: Value]] = [:]   // parent table → client key → server key
             for sent in batch.changes {
-                // A child naming a parent that this batch re-keyed follows the parent's new key.
-                var change = sent
-                for a in associations where a.child == change.table {
-                    if let v = change.values[a.field], let new = rekeyed[a.parent]?[v] { change.values[a.field] = new }
-                }
+                // A child naming a parent that this batch re-keyed follows the parent's new key:
+                // the rule the client applies to the acknowledgement, so both read it alike.
+                let change = AckRules.followingKeys(sent, rekeyed: rekeyed, associations: associations)
                 if let custom = decide?(change) {
                     if custom.status == .ok { _ = apply(change, &s, as: custom.newKey, serverValues: custom.serverValues ?? [:]) }
                     if custom.status == .ok, change.kind == .insert, let k = custom.newKey, k.values.count == 1, change.key.values.count == 1 {

@@ -15,7 +15,7 @@ import Strata
 /// - **keys replaced in the same batch**: a server that gives a new row its own key stores the
 ///   children of that row in the same batch with the new key, so a child's sent values are read
 ///   through the keys the acknowledgement has replaced before it (``followingKeys``).
-enum AckRules {
+package enum AckRules {
     /// `change` as the server stored it: a field of a declared association that names a parent
     /// this acknowledgement has already moved to a server key (`rekeyed`: parent table → client
     /// key → server key) names the server key instead.
@@ -25,7 +25,7 @@ enum AckRules {
     /// and upload an update the server does not need, which under `clientWins` could overwrite
     /// another client's later change. Parents are acknowledged before their children because
     /// batches are ordered parents first.
-    static func followingKeys(_ change: RowChange, rekeyed: [String: [Value: Value]], associations: [Association]) -> RowChange {
+    package static func followingKeys(_ change: RowChange, rekeyed: [String: [Value: Value]], associations: [Association]) -> RowChange {
         guard !rekeyed.isEmpty else { return change }
         var change = change
         for a in associations where a.child == change.table {
