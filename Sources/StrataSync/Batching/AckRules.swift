@@ -1,3 +1,4 @@
+import Foundation
 import Strata
 
 /// What an acknowledgement does to a row, given the change that was sent and the row as it is
@@ -15,6 +16,9 @@ import Strata
 /// - **keys replaced in the same batch**: a server that gives a new row its own key stores the
 ///   children of that row in the same batch with the new key, so a child's sent values are read
 ///   through the keys the acknowledgement has replaced before it (``followingKeys``).
+/// - **a server key a merge already brought** (an app that merges between `nextBatch()` and
+///   `acknowledge(_:)`): the row under the client key, acknowledged, meets the server's row that
+///   the merge stored under the server key, by the merge rules (``ontoMerged``).
 package enum AckRules {
     /// `change` as the server stored it: a field of a declared association that names a parent
     /// this acknowledgement has already moved to a server key (`rekeyed`: parent table → client
@@ -67,6 +71,42 @@ package enum AckRules {
         }
         state.fields = state.fields.filter { !($0.value.original.isNull && $0.value.current.isNull) }
         return state
+    }
+
+    /// An accepted insert whose server key names a row that a merge brought after the batch was
+    /// frozen: the server applied the batch, the app pulled before acknowledging it, and the
+    /// delta carried the new row (`sync()` never does this: it acknowledges a batch in flight
+    /// before it pulls). `acked` is the row under its client key with the acknowledgement applied
+    /// (``ok``, key fields left out); `merged` the row under the server key, `nil` when a later
+    /// delta deleted it again.
+    ///
+    /// The merge rules decide, as if the acknowledgement had come before the merge: `acked` is the
+    /// local side (its originals what the server confirmed, its currents the edits made since the
+    /// freeze) and the merged row, newer than the acknowledgement, the server's side. A merged
+    /// row that holds local changes of its own (the app edited it after the merge) stands when
+    /// `acked` holds none. When both hold local changes there are two sets of local edits to one
+    /// server row, and no merge rule chooses between them: `nil`, and the caller refuses the
+    /// acknowledgement.
+    static func ontoMerged(
+        _ acked: RowState, merged: RowState?, table: String, key: RowKey,
+        localTimestamp: () -> Date?, policy: ConflictPolicy
+    ) -> MergeOutcome? {
+        func merge(_ server: ServerChange) -> MergeOutcome {
+            // The store keeps no server timestamp for a row, so last-writer-wins gives a
+            // conflict to the server, as for a server row without one.
+            MergeRules.merge(table: table, key: key, local: acked, server: server, serverTimestamp: nil, localTimestamp: localTimestamp, policy: policy)
+        }
+        guard let merged else { return merge(.delete) }
+        if hasLocalChanges(merged) { return hasLocalChanges(acked) ? nil : MergeOutcome(state: merged) }
+        // The server's whole row: a field the merged row does not hold is null there.
+        var values = merged.fields.mapValues(\.current)
+        for f in acked.fields.keys where values[f] == nil { values[f] = .null }
+        return merge(.upsert(values))
+    }
+
+    /// Whether a row holds anything the server has not confirmed.
+    private static func hasLocalChanges(_ state: RowState) -> Bool {
+        state.isInserted || state.isDeleted || state.isConflicted || state.fields.values.contains { $0.original != $0.current }
     }
 
     static func rollback(_ change: RowChange, local: RowState?, serverValues: [String: Value]?) -> RowState? {

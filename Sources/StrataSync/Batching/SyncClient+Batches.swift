@@ -31,8 +31,10 @@ public struct AckReport: Sendable, Hashable {
     public var setAside = 0
     /// Rows whose client key the server replaced.
     public var rekeyed = 0
-    /// Accepted rows that a merge had changed after the batch was frozen: the merged state is
-    /// newer than the acknowledgement, so it stands.
+    /// Accepted rows that a merge had changed after the batch was frozen: the merged state
+    /// stands. A delta pulled after the server applied the batch is newer than the
+    /// acknowledgement; one pulled before left the row holding what it sent, still pending, and
+    /// the next pull settles it.
     public var superseded = 0
 }
 
@@ -177,7 +179,12 @@ extension SyncClient {
     ///   flight: another batch id, a missing, extra or repeated row result, an error without a
     ///   reason, an action that does not fit the change (drop, recreate or setAside for inserts;
     ///   retry, rollback or setAside for updates; retry or setAside for deletes: see `match`), or a
-    ///   new key for a row that was not an accepted insert. Nothing changes then.
+    ///   new key for a row that was not an accepted insert. Also `invalidOperation` for a new key
+    ///   already used on this device: by a row no merge brought since the batch was frozen, or by
+    ///   one a merge brought (the app pulled before acknowledging) that holds local edits while
+    ///   the acknowledged row does too — revert one of them and acknowledge again (see
+    ///   `AckRules.ontoMerged` for how a merged row is otherwise brought together with the
+    ///   acknowledged one). Nothing changes then; the batch stays in flight.
     @discardableResult
     public func acknowledge(_ ack: BatchAck) throws(StrataError) -> AckReport {
         return try strataErrors {
@@ -214,7 +221,7 @@ extension SyncClient {
                         }
                         let state = AckRules.ok(change, local: local, serverValues: result.serverValues ?? [:])
                         if let newKey = result.newKey, newKey != change.key {
-                            try rekey(change, to: newKey, state: state, tx: tx)
+                            try rekey(change, to: newKey, state: state, frozenAt: frozenAt, tx: tx)
                             if change.key.values.count == 1, newKey.values.count == 1 {
                                 rekeyed[change.table, default: [:]][change.key.values[0]] = newKey.values[0]
                             }
@@ -285,13 +292,42 @@ extension SyncClient {
 
     /// Moves an acknowledged insert to the server's key and rewrites every reference to it (the
     /// changes of the same batch that name it are translated by `AckRules.followingKeys`).
-    private func rekey(_ change: RowChange, to newKey: RowKey, state: RowState?, tx: Transaction) throws {
-        guard try tx.row(change.table, key: newKey, includingDeleted: true) == nil else {
-            throw StrataError(.invalidOperation, "the server's key \(newKey) for row \(change.table) \(change.key) is already used on this device; nothing was applied")
-        }
+    ///
+    /// A merge since the freeze may already have brought the row under the server's key (the app
+    /// pulled before acknowledging): the two are brought together by `AckRules.ontoMerged`.
+    private func rekey(_ change: RowChange, to newKey: RowKey, state: RowState?, frozenAt: UInt64, tx: Transaction) throws {
         let note = Array("rekey \(change.key) → \(newKey)".utf8)
-        try tx.setRowState(change.table, key: change.key, nil, kind: .acknowledge, origin: .server, annotation: note)
-        try tx.setRowState(change.table, key: newKey, state, kind: .acknowledge, origin: .server, annotation: note)
+        let existing = try tx.row(change.table, key: newKey, includingDeleted: true)
+        if let state, try Self.mergedSince(frozenAt, change.table, newKey, tx) {
+            let keyFields = Set(try tx.snapshot.schema(change.table).primaryKey)
+            var acked = state
+            // `ok` reads an insert's sent values, key included; the merge compares non-key fields only.
+            acked.fields = acked.fields.filter { !keyFields.contains($0.key) }
+            let merged = try existing.map { try Self.state(of: $0, tx.snapshot) }
+            let policy = tablePolicies[change.table] ?? self.policy
+            guard let outcome = AckRules.ontoMerged(
+                acked, merged: merged, table: change.table, key: newKey,
+                localTimestamp: { Self.lastLocalEdit(change.table, change.key, tx) }, policy: policy
+            ) else {
+                throw StrataError(.invalidOperation, "the server's key \(newKey) for row \(change.table) \(change.key) names a row a merge brought after the batch was frozen, and both rows hold local edits since; no rule chooses between them: copy what should stay onto row \(change.key), revert row \(newKey), then acknowledge again (nothing was applied)")
+            }
+            try tx.setRowState(change.table, key: change.key, nil, kind: .acknowledge, origin: .server, annotation: note)
+            if outcome.state != merged || outcome.conflict != nil {
+                // Audited like a merge: the decisions are the merge rules'.
+                let audit = MergeAudit(
+                    anchor: try tx.property(Self.anchorProperty)?.stringValue ?? "", serverVersion: nil, conflict: outcome.conflict?.kind,
+                    resolution: outcome.resolution?.kind, policy: outcome.conflict == nil ? nil : policy.kind,
+                    decisions: outcome.decisions
+                )
+                try tx.setRowState(change.table, key: newKey, outcome.state, kind: .acknowledge, origin: .server, annotation: audit.encoded)
+            }
+        } else {
+            guard existing == nil else {
+                throw StrataError(.invalidOperation, "the server's key \(newKey) for row \(change.table) \(change.key) is already used on this device; nothing was applied")
+            }
+            try tx.setRowState(change.table, key: change.key, nil, kind: .acknowledge, origin: .server, annotation: note)
+            try tx.setRowState(change.table, key: newKey, state, kind: .acknowledge, origin: .server, annotation: note)
+        }
         guard change.key.values.count == 1, newKey.values.count == 1 else { return }
         let old = change.key.values[0]
         let new = newKey.values[0]
