@@ -58,7 +58,8 @@ public final class SyncClient: Sendable {
     /// Each row is merged field by field against the pending local edits (see `MergeRules.swift`
     /// for every rule); conflicts are settled by `policy` if given, else by the table's policy,
     /// else by the client's. Every changed row gets a server-origin log entry carrying a
-    /// ``MergeAudit`` of the decisions.
+    /// ``MergeAudit`` of the decisions. A row set aside (``rejectedRows()``) that the merge
+    /// leaves without local changes is taken off that list.
     ///
     /// - Throws: `StrataError`: `tableNotFound`, `fieldNotFound`, `typeMismatch`, `missingField`
     ///   (a row without its key, or a new row without a required field), `invalidKey`,
@@ -91,6 +92,7 @@ public final class SyncClient: Sendable {
                 let p = policy ?? tablePolicies[table.table] ?? self.policy
                 try mergeTable(table, mode: delta.mode, anchor: delta.anchor, policy: p, tx: tx, report: &report)
             }
+            try Self.dropSettledRejected(in: Set(delta.tables.map(\.table)), tx)
             try tx.setProperty(Self.anchorProperty, .string(delta.anchor))
             // A dry run throws out of the transaction, so nothing is committed.
             if let abort { throw abort(report) }
@@ -369,7 +371,8 @@ public final class SyncClient: Sendable {
     /// With `keepLocalChanges`, every unsynced local edit is re-applied on top of the fresh data
     /// (a changed field keeps its local value against the server's as original; a local insert
     /// stays an insert, or becomes an update if the server has the key; a local delete stays a
-    /// delete if the server still has the row). Without it, local edits are discarded.
+    /// delete if the server still has the row). Without it, local edits are discarded. A row set
+    /// aside (``rejectedRows()``) that the reset leaves without local changes is taken off that list.
     ///
     /// A batch in flight is dropped: it was frozen against data the server no longer has. Its
     /// rows are still pending (only an acknowledgement settles them), so with `keepLocalChanges`
@@ -418,6 +421,7 @@ public final class SyncClient: Sendable {
                         }
                     }
                 }
+                try Self.dropSettledRejected(in: Set(snapshot.tables.map(\.table)), tx)
                 try tx.setProperty(Self.anchorProperty, .string(snapshot.anchor))
                 return report
             }

@@ -353,6 +353,11 @@ extension SyncClient {
     // MARK: Rejected rows
 
     /// The rows the server refused with the `setAside` action: kept locally, left out of uploads.
+    ///
+    /// A row stays listed until the app calls ``retryRejected(_:key:)`` or
+    /// ``discardRejected(_:key:)``, or a merge or reset of its table leaves it without local
+    /// changes (the server deleted it, made the same change or won a conflict over it; the reset
+    /// discarded them): the entry then stands for nothing and is dropped.
     public func rejectedRows() throws(StrataError) -> [RejectedRow] {
         return try strataErrors {
             try store.read { try Self.rejected($0) }
@@ -408,6 +413,17 @@ extension SyncClient {
     static func rejected(_ snap: Snapshot) throws -> [RejectedRow] {
         guard let b = try snap.property(rejectedProperty)?.bytesValue else { return [] }
         return try WireFormat.decode([RejectedRow].self, from: Data(b))
+    }
+
+    /// Takes off the rejected list the rows of `tables` that `MergeRules.staysSetAside` no longer
+    /// keeps there. A merge and a reset call it in their transaction, after writing the rows.
+    static func dropSettledRejected(in tables: Set<String>, _ tx: Transaction) throws {
+        let list = try rejected(tx)
+        guard !list.isEmpty else { return }
+        let kept = try list.filter { r in
+            try !tables.contains(r.table) || MergeRules.staysSetAside(try tx.row(r.table, key: r.key, includingDeleted: true))
+        }
+        if kept.count != list.count { try saveRejected(kept, tx) }
     }
 
     static func saveRejected(_ list: [RejectedRow], _ tx: Transaction) throws {

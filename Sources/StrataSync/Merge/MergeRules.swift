@@ -338,6 +338,17 @@ enum MergeRules {
         return out
     }
 
+    /// Whether a row the server set aside (listed by `rejectedRows()`) stays listed after a
+    /// merge or a reset of its table: while it holds local changes (pending or conflicted). The
+    /// entry lists edits the server refused; once none are left — the server deleted the row, made
+    /// the same change, won a conflict over it, or a reset discarded it — it stands for nothing,
+    /// and kept, it would hold back as set aside any later edit of a row under that key. A local
+    /// change that remains (a local insert the server never had, an edit it did not touch, a row
+    /// uploaded again as an insert after a server delete) keeps the entry.
+    static func staysSetAside(_ row: Row?) -> Bool {
+        row?.isPending ?? false
+    }
+
     /// A client reset: the server's row (`nil`: the server has none) against the local state.
     /// Keeping local changes re-applies every locally changed field on top of the server's
     /// values; otherwise the server's row replaces the local one.
