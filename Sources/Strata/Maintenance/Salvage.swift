@@ -53,6 +53,12 @@ public struct SalvageReport: Sendable, CustomStringConvertible {
     public var horizon: UInt64 = 0
     /// Rows left pending (local edits still to upload) in the new store.
     public var pendingRows = 0
+    /// Whether the damaged store's `meta` database (client id, counters, properties, log pins)
+    /// may not have been recovered whole as of its last transaction: a page of its B-tree, or
+    /// one of LMDB's two meta pages, was unreadable. Entries may then be missing, or hold the
+    /// value of the transaction before (see docs/damaged-stores.md). A sync client's state is
+    /// kept in properties: check it (its batch number in particular) before syncing.
+    public var metaIncomplete = false
 
     public var description: String {
         var lines = ["recovered \(recoveredOperations) operations" + (recoveredRange.map { " (LSN \($0.lowerBound)…\($0.upperBound))" } ?? "")
@@ -73,6 +79,9 @@ public struct SalvageReport: Sendable, CustomStringConvertible {
             lines.append("\(operationsWithEstimatedTime) operation(s) lost the first operation of their transaction and were given the time of the transaction before")
         }
         if operationsBeforeGaps > 0 { lines.append("\(operationsBeforeGaps) readable operations before those gaps were left out") }
+        if metaIncomplete {
+            lines.append("the store's meta database was damaged: its properties, log pins and client id may be missing or older than its last transaction")
+        }
         return lines.joined(separator: "\n")
     }
 }
@@ -82,8 +91,11 @@ extension Store {
     ///
     /// Reads the damaged `data.mdb` page by page, without LMDB (which trusts its file and can
     /// crash on damage): every page that parses as an LMDB leaf page is searched for `log`
-    /// entries (8-byte LSN keys whose values decode as operations) and for the `meta` entries
-    /// (schema catalog, client id, properties). Pages that do not parse are skipped. The
+    /// entries (8-byte LSN keys whose values decode as operations). The `meta` entries (schema
+    /// catalog, client id, properties, log pins) are read down `meta`'s B-tree from LMDB's newer
+    /// meta page, so that each is the last committed transaction's and not an older copy LMDB
+    /// left in the file; where that tree is unreadable, from the transaction before
+    /// (``SalvageReport/metaIncomplete`` says when). Pages that do not parse are skipped. The
     /// operations are written in LSN order into a new store at `path`, with the damaged store's
     /// catalog, client id and properties, and the views are rebuilt from them, so pending local
     /// edits that survive stay pending and can still be uploaded.
@@ -124,10 +136,15 @@ extension Store {
             report.pages = scan.pageCount
             report.unreadablePages = scan.unreadable
 
-            // The newest readable meta page: the one with the highest lastTxn, then horizon, then
-            // catalog version (each only grows). The horizon matters: a compaction changes neither
-            // of the others, and the meta page it replaced is often still in the file.
-            guard let meta = scan.metaCandidates.max(by: { ($0.lastTxn, $0.horizon, $0.catalogVersion) < ($1.lastTxn, $1.horizon, $1.catalogVersion) }),
+            // `meta` as the last committed transaction left it, read down its B-tree from LMDB's
+            // meta pages (see `RawPages.readMeta`). When they lead to no catalog, the leaf page
+            // holding one with the highest lastTxn, then horizon, then catalog version (each only
+            // grows; a compaction changes only the horizon, and the page it replaced is often
+            // still in the file): which copies of the other leaves are current cannot be told
+            // then, so only that page's entries are taken, and the report says `meta` may be
+            // incomplete.
+            report.metaIncomplete = !scan.metaTreeComplete
+            guard let meta = scan.metaTree ?? scan.metaCandidates.max(by: { ($0.lastTxn, $0.horizon, $0.catalogVersion) < ($1.lastTxn, $1.horizon, $1.catalogVersion) }),
                   let catalogBytes = meta.entries[MetaKey.catalog]
             else {
                 throw StrataError(.corruptRecord, "no readable schema catalog in '\(damaged)': the meta pages are damaged, so nothing can be salvaged")
@@ -355,10 +372,12 @@ extension Store {
 /// The pages of an LMDB data file, parsed without LMDB: only what `salvage` needs.
 ///
 /// LMDB's layout (lmdb.h/mdb.c 0.9): pages of `psize` bytes; a 16-byte header (page number,
-/// pad, flags, lower/upper free-space bounds, or the overflow page count); on a leaf page
-/// (`P_LEAF`) an array of 2-byte node offsets after the header; a node is data size (4 bytes in
-/// two halves), flags, key size, key, then the data, or, with `F_BIGDATA`, the 8-byte number of
-/// the overflow page holding it.
+/// pad, flags, lower/upper free-space bounds, or the overflow page count); on a leaf or branch
+/// page an array of 2-byte node offsets after the header; a node is data size (4 bytes in two
+/// halves), flags, key size, key, then the data, or, with `F_BIGDATA`, the 8-byte number of the
+/// overflow page holding it. A branch node keeps its child's page number where a leaf node keeps
+/// the data size and flags (48 bits). Pages 0 and 1 are LMDB's two meta pages (see
+/// ``readMeta(_:psize:pageCount:)``). LMDB 0.9 records no transaction id in a page header.
 struct RawPages {
     struct Meta {
         var entries: [String: [UInt8]] = [:]
@@ -366,14 +385,34 @@ struct RawPages {
         var catalogVersion: UInt64 = 0
         var horizon: UInt64 = 0
         var checksumsFrom: UInt64?
+
+        init(entries: [String: [UInt8]]) {
+            self.entries = entries
+            func counter(_ key: String) -> UInt64 {
+                guard let v = entries[key], v.count == 8 else { return 0 }
+                let n = RawPages.u64be(v)
+                return n <= Counter.limit ? n : 0
+            }
+            lastTxn = counter(MetaKey.lastTxn)
+            catalogVersion = counter(MetaKey.catalogVersion)
+            horizon = counter(MetaKey.horizon)
+            if entries[MetaKey.checksumsFrom] != nil { checksumsFrom = counter(MetaKey.checksumsFrom) }
+        }
     }
 
     let pageCount: Int
     var unreadable = 0
     /// `(LSN, record)` for each 8-byte-keyed entry of a leaf page, in file order.
     var logCandidates: [(UInt64, [UInt8])] = []
-    /// Each leaf page holding a `catalog` entry, with its other entries.
+    /// Each leaf page holding a `catalog` entry, with its other entries: what salvage falls back
+    /// on when ``metaTree`` is `nil`.
     var metaCandidates: [Meta] = []
+    /// `meta` as LMDB's meta pages lead to it (``readMeta(_:psize:pageCount:)``), `nil` when
+    /// that way finds no catalog.
+    var metaTree: Meta?
+    /// Whether ``metaTree`` is `meta` whole as of the last committed transaction: both LMDB
+    /// meta pages parse and every page of the newer one's `meta` tree was read.
+    var metaTreeComplete = false
 
     private static let headerSize = 16
     private static let leaf: UInt16 = 0x02, branch: UInt16 = 0x01, overflow: UInt16 = 0x04, metaPage: UInt16 = 0x08
@@ -402,63 +441,224 @@ struct RawPages {
                 continue
             }
             guard flags & Self.leaf != 0, flags & (Self.branch | Self.metaPage) == 0 else { continue }
-            let lower = Int(Self.u16(file, base + 12))
-            let upper = Int(Self.u16(file, base + 14))
-            guard lower >= Self.headerSize, lower <= upper, upper <= psize, (lower - Self.headerSize) % 2 == 0 else {
+            guard let parsed = Self.parsePage(file, psize: psize, pageCount: pageCount, page: page) else {
                 unreadable += 1
                 continue
             }
             var metaEntries: [String: [UInt8]] = [:]
             var allTextKeys = true
-            for i in 0..<(lower - Self.headerSize) / 2 {
-                let offset = Int(Self.u16(file, base + Self.headerSize + 2 * i))
-                guard offset >= upper, offset + 8 <= psize else { continue }
-                let node = base + offset
-                let size = Int(Self.u16(file, node)) | Int(Self.u16(file, node + 2)) << 16
-                let nodeFlags = Self.u16(file, node + 4)
-                let keySize = Int(Self.u16(file, node + 6))
-                guard node + 8 + keySize <= base + psize, nodeFlags & (Self.subData | Self.dupData) == 0 else { continue }
-                let key = Array(file[(node + 8)..<(node + 8 + keySize)])
-                var value: [UInt8]? = nil
-                if nodeFlags & Self.bigData != 0 {
-                    guard node + 16 + keySize <= base + psize else { continue }
-                    // The page number is damaged data like any other: range-checked before use.
-                    let over = Int(clamping: Self.u64(file, node + 8 + keySize))
-                    if over > 1, over < pageCount, Self.u64(file, over * psize) == UInt64(over),
-                       Self.u16(file, over * psize + 10) & Self.overflow != 0 {
-                        let start = over * psize + Self.headerSize
-                        if start + size <= file.count { value = Array(file[start..<(start + size)]) }
-                    }
-                } else if node + 8 + keySize + size <= base + psize {
-                    value = Array(file[(node + 8 + keySize)..<(node + 8 + keySize + size)])
-                }
-                guard let value else { continue }
-                if keySize == 8 {
+            for node in parsed.nodes where node.flags & (Self.subData | Self.dupData) == 0 {
+                guard let value = node.value else { continue }
+                let key = node.key
+                if key.count == 8 {
                     logCandidates.append((Self.u64be(key), value))
                 }
-                // Meta keys are text: ASCII names, and property names, which may be any UTF-8
-                // (a page of log or view keys holds binary ones).
-                if keySize > 0, let name = String(validating: key, as: UTF8.self),
-                   name.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) {
+                if let name = Self.metaName(key) {
                     metaEntries[name] = value
                 } else {
                     allTextKeys = false
                 }
             }
             if allTextKeys, metaEntries[MetaKey.catalog] != nil {
-                var meta = Meta(entries: metaEntries)
-                func counter(_ key: String) -> UInt64 {
-                    guard let v = metaEntries[key], v.count == 8 else { return 0 }
-                    let n = Self.u64be(v)
-                    return n <= Counter.limit ? n : 0
-                }
-                meta.lastTxn = counter(MetaKey.lastTxn)
-                meta.catalogVersion = counter(MetaKey.catalogVersion)
-                meta.horizon = counter(MetaKey.horizon)
-                if metaEntries[MetaKey.checksumsFrom] != nil { meta.checksumsFrom = counter(MetaKey.checksumsFrom) }
-                metaCandidates.append(meta)
+                metaCandidates.append(Meta(entries: metaEntries))
             }
         }
+        if let read = Self.readMeta(file, psize: psize, pageCount: pageCount), read.entries[MetaKey.catalog] != nil {
+            metaTree = Meta(entries: read.entries)
+            metaTreeComplete = read.complete
+        }
+    }
+
+    /// `key` as a `meta` key: text, ASCII names and property names, which may be any UTF-8 (a
+    /// page of log or view keys holds binary ones). `nil` for anything else.
+    private static func metaName(_ key: [UInt8]) -> String? {
+        guard !key.isEmpty, let name = String(validating: key, as: UTF8.self),
+              name.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F })
+        else { return nil }
+        return name
+    }
+
+    // MARK: Pages
+
+    /// A node of a leaf or branch page.
+    struct Node {
+        var key: [UInt8]
+        var flags: UInt16
+        /// A leaf node's data, read from its overflow pages with `F_BIGDATA`; `nil` when it does
+        /// not lie within the file, and for a branch node.
+        var value: [UInt8]?
+        /// A branch node's child page number.
+        var child: UInt64
+    }
+
+    /// The nodes of the leaf or branch page `page`, in the page's (key) order, or `nil` when the
+    /// page's header does not parse. `complete` is false when a node was left out because it
+    /// does not lie within the page.
+    private static func parsePage(_ file: [UInt8], psize: Int, pageCount: Int, page: Int) -> (isLeaf: Bool, nodes: [Node], complete: Bool)? {
+        let base = page * psize
+        guard base + psize <= file.count, u64(file, base) == UInt64(page) else { return nil }
+        let flags = u16(file, base + 10)
+        let isLeaf = flags & leaf != 0
+        guard isLeaf != (flags & branch != 0), flags & (overflow | metaPage) == 0 else { return nil }
+        let lower = Int(u16(file, base + 12))
+        let upper = Int(u16(file, base + 14))
+        guard lower >= headerSize, lower <= upper, upper <= psize, (lower - headerSize) % 2 == 0 else { return nil }
+        var nodes: [Node] = []
+        var complete = true
+        for i in 0..<(lower - headerSize) / 2 {
+            let offset = Int(u16(file, base + headerSize + 2 * i))
+            guard offset >= upper, offset + 8 <= psize else { complete = false; continue }
+            let node = base + offset
+            let size = Int(u16(file, node)) | Int(u16(file, node + 2)) << 16
+            let nodeFlags = u16(file, node + 4)
+            let keySize = Int(u16(file, node + 6))
+            guard node + 8 + keySize <= base + psize else { complete = false; continue }
+            let key = Array(file[(node + 8)..<(node + 8 + keySize)])
+            if !isLeaf {
+                nodes.append(Node(key: key, flags: 0, value: nil, child: UInt64(size) | UInt64(nodeFlags) << 32))
+                continue
+            }
+            var value: [UInt8]? = nil
+            if nodeFlags & bigData != 0 {
+                if node + 16 + keySize <= base + psize {
+                    // The page number is damaged data like any other: range-checked before use.
+                    let over = Int(clamping: u64(file, node + 8 + keySize))
+                    if over > 1, over < pageCount, u64(file, over * psize) == UInt64(over),
+                       u16(file, over * psize + 10) & overflow != 0 {
+                        let start = over * psize + headerSize
+                        if start + size <= file.count { value = Array(file[start..<(start + size)]) }
+                    }
+                }
+            } else if node + 8 + keySize + size <= base + psize {
+                value = Array(file[(node + 8 + keySize)..<(node + 8 + keySize + size)])
+            }
+            nodes.append(Node(key: key, flags: nodeFlags, value: value, child: 0))
+        }
+        return (isLeaf, nodes, complete)
+    }
+
+    // MARK: The meta database's B-tree
+
+    /// Keys from `lower` (included; `nil`: from the first) to `upper` (excluded; `nil`: to the
+    /// last), in LMDB's default order (bytes compared as unsigned, a prefix first).
+    struct KeyRange {
+        var lower: [UInt8]?
+        var upper: [UInt8]?
+
+        func contains(_ key: [UInt8]) -> Bool {
+            (lower.map { !key.lexicographicallyPrecedes($0) } ?? true) && (upper.map { key.lexicographicallyPrecedes($0) } ?? true)
+        }
+    }
+
+    /// What a walk down a B-tree read: its leaf entries, and the key ranges of the pages (or, for
+    /// one key, the value) it could not read.
+    struct TreeRead {
+        var entries: [(key: [UInt8], value: [UInt8])] = []
+        var holes: [KeyRange] = []
+    }
+
+    /// The entries of the B-tree whose root is `root`, each page read only if it parses, lies
+    /// within the file, was not met before on the walk and is at most 32 levels down: a damaged
+    /// page number must not send the walk into a cycle or outside the file.
+    private static func walk(_ file: [UInt8], psize: Int, pageCount: Int, root: UInt64) -> TreeRead {
+        var read = TreeRead()
+        var visited = Set<UInt64>()
+        func visit(_ page: UInt64, _ range: KeyRange, depth: Int) {
+            guard depth < 32, page > 1, page < UInt64(pageCount), visited.insert(page).inserted,
+                  let parsed = parsePage(file, psize: psize, pageCount: pageCount, page: Int(page))
+            else {
+                read.holes.append(range)
+                return
+            }
+            let (isLeaf, nodes) = (parsed.isLeaf, parsed.nodes)
+            // A branch's first key is not compared (LMDB's search starts at the second; the first
+            // is usually empty): its child starts where the branch does.
+            let keyed = isLeaf ? nodes[...] : nodes.dropFirst()
+            // A node left out, keys out of order or out of the range the parent gave the page:
+            // the page is damaged, and what it covers is a hole, though its readable entries
+            // are taken (over the other tree's).
+            let sound = parsed.complete && (isLeaf || !nodes.isEmpty)
+                && keyed.allSatisfy { range.contains($0.key) }
+                && zip(keyed, keyed.dropFirst()).allSatisfy { $0.key.lexicographicallyPrecedes($1.key) }
+            if !sound { read.holes.append(range) }
+            if isLeaf {
+                for node in nodes where range.contains(node.key) {
+                    if let value = node.value, node.flags & dupData == 0 {
+                        read.entries.append((node.key, value))
+                    } else {
+                        read.holes.append(KeyRange(lower: node.key, upper: node.key + [0]))
+                    }
+                }
+                return
+            }
+            guard sound else { return }
+            // Child i holds the keys from key i up to key i + 1.
+            for (i, node) in nodes.enumerated() {
+                let child = KeyRange(lower: i == 0 ? range.lower : node.key, upper: i + 1 < nodes.count ? nodes[i + 1].key : range.upper)
+                visit(node.child, child, depth: depth + 1)
+            }
+        }
+        visit(root, KeyRange(), depth: 0)
+        return read
+    }
+
+    /// `meta` read the way LMDB reads it: from the newer of the two meta pages (the higher
+    /// transaction id), through the main database's record of `meta`, down `meta`'s B-tree.
+    /// `nil` when neither meta page parses.
+    ///
+    /// LMDB copies on write: every transaction writes new copies of the pages it changes, and
+    /// the pages of older versions stay in the file until reused, so a leaf page holding a
+    /// property may be found many times over, with older values, and a removed property may
+    /// still be on one. LMDB 0.9 records no transaction id in a page, so copies cannot be told
+    /// apart by themselves; only the tree a meta page roots says which are current. Its entries
+    /// are the last committed transaction's, with removed ones absent.
+    ///
+    /// Where a page of that tree (or a value's overflow page) is unreadable, the keys it covers
+    /// (known from the branch page above it) are taken from the other meta page's tree: the
+    /// transaction before, whose pages LMDB does not reuse until two transactions later, so
+    /// that tree is intact but for damage. Keys neither tree reads are lost. `complete` is false
+    /// then, and when a meta page does not parse (it may have been the newer one).
+    static func readMeta(_ file: [UInt8], psize: Int, pageCount: Int) -> (entries: [String: [UInt8]], complete: Bool)? {
+        // The meta page (mdb.c's MDB_meta, after the page header): magic at 16, version at 20,
+        // then address and map size, the free and main databases' MDB_db (48 bytes each, from
+        // 40: md_root is at 40 in one), the last page, the transaction id.
+        var metas: [(txnid: UInt64, mainRoot: UInt64)] = []
+        for page in 0..<min(2, pageCount) {
+            let base = page * psize
+            guard u64(file, base) == UInt64(page), u16(file, base + 10) & metaPage != 0,
+                  u32(file, base + 16) == 0xBEEF_C0DE, u32(file, base + 20) == 1
+            else { continue }
+            metas.append((u64(file, base + 144), u64(file, base + 88 + 40)))
+        }
+        guard !metas.isEmpty else { return nil }
+        metas.sort { $0.txnid > $1.txnid }
+        let reads = metas.map { readMetaDatabase(file, psize: psize, pageCount: pageCount, mainRoot: $0.mainRoot) }
+        let newest = reads[0]
+        var entries: [String: [UInt8]] = [:]
+        if reads.count > 1, !newest.holes.isEmpty {
+            for (key, value) in reads[1].entries where newest.holes.contains(where: { $0.contains(key) }) {
+                if let name = metaName(key) { entries[name] = value }
+            }
+        }
+        for (key, value) in newest.entries {
+            if let name = metaName(key) { entries[name] = value }
+        }
+        return (entries, metas.count == 2 && newest.holes.isEmpty)
+    }
+
+    /// The `meta` database of the main database rooted at `mainRoot`: the whole key range is a
+    /// hole when its record in the main database cannot be read.
+    private static func readMetaDatabase(_ file: [UInt8], psize: Int, pageCount: Int, mainRoot: UInt64) -> TreeRead {
+        let name = Array(StoreDatabases.names.meta.utf8)
+        let main = walk(file, psize: psize, pageCount: pageCount, root: mainRoot)
+        // A named database's record: the key is its name, the value its MDB_db (md_root at 40).
+        guard let record = main.entries.first(where: { $0.key == name })?.value, record.count == 48 else {
+            return TreeRead(entries: [], holes: [KeyRange()])
+        }
+        let root = u64(record, 40)
+        // P_INVALID: an empty database.
+        if root == .max { return TreeRead() }
+        return walk(file, psize: psize, pageCount: pageCount, root: root)
     }
 
     private static func u16(_ b: [UInt8], _ i: Int) -> UInt16 {
@@ -470,5 +670,5 @@ struct RawPages {
     private static func u64(_ b: [UInt8], _ i: Int) -> UInt64 {
         i + 8 <= b.count ? (0..<8).reduce(UInt64(0)) { $0 | UInt64(b[i + $1]) << (8 * $1) } : .max
     }
-    private static func u64be(_ b: [UInt8]) -> UInt64 { b.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
+    fileprivate static func u64be(_ b: [UInt8]) -> UInt64 { b.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
 }
