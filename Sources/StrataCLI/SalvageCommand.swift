@@ -31,6 +31,7 @@ struct SalvageCommand: ParsableCommand {
         var unreadablePages: Int
         var pages: Int
         var horizon: UInt64
+        var metaIncomplete: Bool
     }
 
     func run() throws {
@@ -42,7 +43,8 @@ struct SalvageCommand: ParsableCommand {
                     recoveredOperations: report.recoveredOperations, firstLSN: report.recoveredRange?.lowerBound,
                     lastLSN: report.recoveredRange?.upperBound, lostRanges: report.lostRanges.map { [$0.lowerBound, $0.upperBound] },
                     rowsWithGaps: report.rowsWithGaps.map(\.description), pendingRows: report.pendingRows,
-                    unreadablePages: report.unreadablePages, pages: report.pages, horizon: report.horizon))
+                    unreadablePages: report.unreadablePages, pages: report.pages, horizon: report.horizon,
+                    metaIncomplete: report.metaIncomplete))
             } else {
                 print(report)
             }
