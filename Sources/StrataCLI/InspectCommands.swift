@@ -71,7 +71,7 @@ struct ShowCommand: ParsableCommand {
     )
     @OptionGroup var target: StoreArgument
     @Argument(help: "The table.") var table: String
-    @Option(name: .customLong("where"), help: "Only rows whose field equals the value (field=value); repeatable.") var filters: [String] = []
+    @Option(name: .customLong("where"), help: "Only rows whose field equals the value (field=value), as a query's equals compares; repeatable.") var filters: [String] = []
     @Option(help: "Sort by this field (ascending); rows are otherwise in key order.") var sort: String?
     // `.unconditional`: "-5" is read as this option's value (and refused by validate()), not as
     // an unknown flag ("Missing value for '--limit'").
@@ -124,11 +124,10 @@ struct ShowCommand: ParsableCommand {
             if let sort, !known.contains(sort) {
                 throw StrataError(.fieldNotFound, "table '\(table)' has no field '\(sort)' (--sort); its fields: \(known.sorted().joined(separator: ", "))")
             }
-            func passes(_ row: Row) -> Bool {
-                conditions.allSatisfy { field, wanted in
-                    row[field] == wanted || (row[field].doubleValue != nil && row[field].doubleValue == wanted.doubleValue)
-                }
-            }
+            // A query's `.equals` (`Value.order`, as `--sort`): ints and doubles compared by
+            // value, two ints exactly (not through Double, where 2^53 and 2^53 + 1 are one).
+            let filter = Condition.and(conditions.map { Condition.equals($0.0, $0.1) })
+            func passes(_ row: Row) -> Bool { filter.matches(row) }
             var json = output.json ? JSONArrayPrinter() : nil
             var printed = 0
             func emit(_ row: Row) throws {

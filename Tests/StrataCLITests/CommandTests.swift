@@ -64,6 +64,37 @@ func json(_ text: String) throws -> Any {
         }
     }
 
+    /// `--where` matches as a query's `.equals` does (``Value/order(_:_:)``, which `--sort`
+    /// uses too): two ints are compared exactly, not through `Double`, where 2^53 and 2^53 + 1
+    /// are one number.
+    @Test func showWhereComparesAsQueriesDo() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-cli-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let big: Int64 = 1 << 53
+        do {
+            let store = try Store(path: path)
+            defer { store.close() }
+            try store.createTable(.fixed("counts", fields: [.int("id"), .int("n"), .double("d")]))
+            try store.write { tx in
+                try tx.insert("counts", ["id": 1, "n": .int(big), "d": 1.5])
+                try tx.insert("counts", ["id": 2, "n": .int(big + 1), "d": -0.0])
+                try tx.insert("counts", ["id": 3, "n": 1, "d": 0.0])
+            }
+            #expect(try store.read { try $0.rows(Query("counts", where: .equals("n", .int(big + 1)))) }.map(\.key) == [RowKey(.int(2))])
+        }
+        func ids(_ filter: String) throws -> [Int] {
+            let r = try runStrata(["show", path, "counts", "--where", filter, "--json"])
+            #expect(r.status == 0, "\(r.err)")
+            let rows = try #require(try json(r.out) as? [[String: Any]])
+            return rows.compactMap { (($0["values"] as? [String: Any])?["id"] as? [String: Int])?["int"] }
+        }
+        #expect(try ids("n=\(big + 1)") == [2])
+        #expect(try ids("n=\(big)") == [1])
+        // An int and a double of the same value are equal, as are 0.0 and -0.0.
+        #expect(try ids("n=1.0") == [3])
+        #expect(try ids("d=0.0") == [2, 3])
+    }
+
     @Test func logAndHistory() throws {
         try withPreparedStore { path, _ in
             let log = try #require(try json(try runStrata(["log", path, "--table", "tasks", "--key", "1", "--json"]).out) as? [[String: Any]])
