@@ -22,10 +22,19 @@ import Testing
         return (env, try env.openDatabase("meta", create: false))
     }
 
+    /// The page size of the closed store at `path`.
+    static func pageSize(_ path: String) throws -> Int {
+        let (env, _) = try rawMeta(path)
+        defer { env.close() }
+        return env.pageBytes
+    }
+
+    /// Zeroes page `page` of the closed store at `path`.
     static func zeroPage(_ path: String, _ page: Int) throws {
+        let pageSize = try pageSize(path)
         let handle = try #require(FileHandle(forWritingAtPath: path + "/data.mdb"))
-        try handle.seek(toOffset: UInt64(page * 4096))
-        try handle.write(contentsOf: Data(repeating: 0, count: 4096))
+        try handle.seek(toOffset: UInt64(page * pageSize))
+        try handle.write(contentsOf: Data(repeating: 0, count: pageSize))
         try handle.close()
     }
 
@@ -129,14 +138,23 @@ import Testing
         }
     }
 
-    /// Neither of LMDB's meta pages is readable: salvage still finds the catalog on the leaf
-    /// page holding it, and the report says that `meta` may be incomplete.
-    @Test func withBothLMDBMetaPagesUnreadableTheCatalogIsStillFound() throws {
+    /// Neither of LMDB's meta pages leads to `meta` (their main database roots point nowhere):
+    /// salvage still finds the catalog on the leaf page holding it, and the report says that
+    /// `meta` may be incomplete.
+    @Test func withNoLMDBMetaPageLeadingToMetaTheCatalogIsStillFound() throws {
         try withTemporaryFolder { base in
             let (damaged, recovered) = (base + "/damaged", base + "/recovered")
             _ = try Self.makeStoreWithASplitMetaTree(damaged)
-            try Self.zeroPage(damaged, 0)
-            try Self.zeroPage(damaged, 1)
+            let pageSize = try Self.pageSize(damaged)
+            // The main database's md_root in each meta page (after the 16-byte page header:
+            // magic, version, address, map size, then the free and main databases' MDB_db, whose
+            // md_root is at 40), set to page 0, which no tree can have as a page.
+            let handle = try #require(FileHandle(forWritingAtPath: damaged + "/data.mdb"))
+            for page in 0..<2 {
+                try handle.seek(toOffset: UInt64(page * pageSize + 16 + 24 + 48 + 40))
+                try handle.write(contentsOf: Data(repeating: 0, count: 8))
+            }
+            try handle.close()
             let report = try Store.salvage(from: damaged, into: recovered)
             #expect(report.metaIncomplete && report.recoveredOperations == 40, "\(report)")
             let store = try Store(path: recovered)
