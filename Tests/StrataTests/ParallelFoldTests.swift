@@ -131,11 +131,10 @@ import Testing
         }
     }
 
-    /// The fold finds a row by its key's first 16 bytes when the key is no longer. Text keys on
-    /// both sides of 16 bytes (with the table id), many of them alike in their first 16 bytes
-    /// and differing after, are rebuilt, replayed and verified with
-    /// one thread and two, flushing often and never: the views come back byte for byte as the
-    /// write path left them.
+    /// Text keys on both sides of 16 bytes (with the table id), many of them alike in their
+    /// first 16 bytes and differing after, are rebuilt, replayed and verified with one thread and
+    /// two, flushing often and never: the views come back byte for byte as the write path left
+    /// them.
     @Test(arguments: [1, 2_000, StoreOptions().foldMemoryLimit])
     func keysAlikeInTheirFirstSixteenBytesFoldToTheirOwnRows(limit: Int) throws {
         let seed = testSeed("keysAlikeInTheirFirstSixteenBytesFoldToTheirOwnRows(\(limit))")
@@ -186,9 +185,9 @@ import Testing
         }
     }
 
-    /// Two keys with the same 64-bit hash are still two rows: a lookup compares lengths, the
-    /// first 16 bytes, and the rest of a longer key. (The hash is forced equal here; in a real
-    /// fold a collision is rare, which is why the rebuild tests above cannot reach this.)
+    /// Two keys with the same 64-bit hash are still two rows: a lookup compares the whole key.
+    /// (The hash is forced equal here; in a real fold a collision is rare, which is why the
+    /// rebuild tests above cannot reach this.)
     @Test func keysWithTheSameHashKeepTheirOwnSlots() {
         let p = FoldPartition()
         let keys: [[UInt8]] = [

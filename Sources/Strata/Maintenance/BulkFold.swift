@@ -63,7 +63,6 @@ struct BulkFold {
     private let batchLimit: Int
     private var sequence = 0
     private var cachedTable: TableInfo?
-    private var lastDerivedCheck: (id: UInt32, has: Bool)?
 
     private var memory: Int {
         partitions.reduce(0) { $0 + $1.memory } + filling.reduce(0) { $0 + $1.memory } + inFlight.reduce(0) { $0 + $1.memory }
@@ -298,9 +297,7 @@ struct BulkFold {
     private mutating func write(_ p: FoldPartition, _ s: Int, old: inout ByteWriter) throws(StrataError) {
         let append = !targetMayHoldRows
         let slot = p.slots[s]
-        // Most tables have neither indexes nor named views: their rows skip the table's lookup
-        // (a copy of its `TableInfo`, a dozen retains per row written).
-        let table = try hasDerivedEntries(slot.tableID) ? self.table(slot.tableID) : nil
+        let table = try self.table(slot.tableID)
         // Locals, not `self`: a closure that used `self` copied the whole fold (retaining and
         // releasing everything in it) once per row written.
         let (views, txn, writer) = (self.views, self.txn, self.writer)
@@ -314,7 +311,7 @@ struct BulkFold {
                     hadOld = true
                 }
             }
-            if let table {
+            if !table.indexes.isEmpty || !table.views.isEmpty {
                 try old.withUnsafeBytes { (o) throws(StrataError) in
                     try withBytes(slot.state) { (n) throws(StrataError) in
                         let before = hadOld ? o : nil
@@ -347,15 +344,6 @@ struct BulkFold {
         } else if !flags.contains(.append) {
             try txn.delete(key, in: db)
         }
-    }
-
-    /// Whether table `id` has indexes or named views, whose entries a flush writes.
-    private mutating func hasDerivedEntries(_ id: UInt32) throws(StrataError) -> Bool {
-        if let last = lastDerivedCheck, last.id == id { return last.has }
-        let t = try table(id)
-        let has = !t.indexes.isEmpty || !t.views.isEmpty
-        lastDerivedCheck = (id, has)
-        return has
     }
 
     private mutating func table(_ id: UInt32) throws(StrataError) -> TableInfo {

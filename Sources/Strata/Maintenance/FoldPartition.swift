@@ -19,14 +19,9 @@ import Darwin
 final class FoldPartition: @unchecked Sendable {
     /// One row: its `rows` key (in `keys`), its state, and its `gone` and `pending` entries.
     struct Slot {
-        // What a lookup compares comes first, so that it shares a cache line with the hash.
-        var hash: UInt64
-        /// The key's first 16 bytes, big-endian, zero-padded (``prefix(of:)``): a lookup of a key
-        /// of up to 16 bytes (a table id and an integer key take 13) compares these and never
-        /// reads `keys`, one random memory access less per operation; the sort orders by them.
-        var prefix: (UInt64, UInt64)
-        var keyCount: Int
         var keyStart: Int
+        var keyCount: Int
+        var hash: UInt64
         var tableID: UInt32
         /// The row state record; empty when there is no row.
         var state: [UInt8]
@@ -64,39 +59,19 @@ final class FoldPartition: @unchecked Sendable {
     func slot(for target: UnsafeRawBufferPointer, hash h: UInt64) -> (slot: Int, created: Bool) {
         let mask = buckets.count - 1
         var b = Int(truncatingIfNeeded: h) & mask
-        let prefix = Self.prefix(of: target)
         while true {
             let s = Int(buckets[b])
             if s < 0 { break }
-            if slots[s].hash == h, slots[s].keyCount == target.count, slots[s].prefix == prefix,
-               target.count <= 16 || keyEquals(s, target) {
-                return (s, false)
-            }
+            if slots[s].hash == h, slots[s].keyCount == target.count, keyEquals(s, target) { return (s, false) }
             b = (b + 1) & mask
         }
         let s = slots.count
-        let tableID = UInt32(truncatingIfNeeded: prefix.0 >> 32)
-        slots.append(Slot(hash: h, prefix: prefix, keyCount: target.count, keyStart: keys.count, tableID: tableID, state: [], gone: 0, pendingSince: 0))
+        let tableID = target.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        slots.append(Slot(keyStart: keys.count, keyCount: target.count, hash: h, tableID: tableID, state: [], gone: 0, pendingSince: 0))
         keys.append(contentsOf: target)
         buckets[b] = Int32(s)
         if slots.count * 2 > buckets.count { grow() }
         return (s, true)
-    }
-
-    /// The first 16 bytes of `key` as two big-endian integers, zero-padded: equal prefixes and
-    /// lengths mean equal keys of up to 16 bytes, and integer order is the bytes' order.
-    @inline(__always)
-    static func prefix(of key: UnsafeRawBufferPointer) -> (UInt64, UInt64) {
-        if key.count >= 16 {
-            return (UInt64(bigEndian: key.loadUnaligned(as: UInt64.self)), UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
-        }
-        var a: UInt64 = 0
-        var b: UInt64 = 0
-        for j in 0..<16 {
-            let byte = j < key.count ? UInt64(key[j]) : 0
-            if j < 8 { a = a << 8 | byte } else { b = b << 8 | byte }
-        }
-        return (a, b)
     }
 
     private func keyEquals(_ s: Int, _ target: UnsafeRawBufferPointer) -> Bool {
