@@ -26,7 +26,10 @@ let package = Package(
             providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
         ),
         .target(name: "LMDB", dependencies: ["CLMDB"]),
-        .target(name: "Strata", dependencies: ["LMDB"]),
+        // CRC-32C with the processor's instruction, for the log's record checksums (C: Swift
+        // cannot emit it portably); Strata falls back to its own table-driven loop without it.
+        .target(name: "CStrataCRC"),
+        .target(name: "Strata", dependencies: ["LMDB", "CStrataCRC"]),
         // Server deltas, three-way merge and conflict policies (and later batching).
         .target(
             name: "StrataSync",
@@ -61,7 +64,7 @@ let package = Package(
 )
 
 // Strict settings for every Swift target, in one place.
-for target in package.targets where target.type != .system {
+for target in package.targets where target.type != .system && target.name != "CStrataCRC" {
     var settings = target.swiftSettings ?? []
     settings.append(.swiftLanguageMode(.v6))
     // Require `any` for existential types (SE-0335).

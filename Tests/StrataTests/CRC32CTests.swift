@@ -2,8 +2,9 @@
 import StrataWorkload
 import Testing
 
-/// The checksum of log records against published vectors, and the fast (8-byte) path against
-/// the byte-at-a-time definition at every length and alignment.
+/// The checksum of log records against published vectors, and both ways of computing it (the
+/// processor's instruction, where the machine has one, and the table-driven loop) against the
+/// bitwise definition at every length and alignment.
 @Suite struct CRC32CTests {
     @Test func standardCheckValue() {
         #expect(CRC32C.checksum(Array("123456789".utf8)) == 0xE306_9283)
@@ -42,6 +43,21 @@ import Testing
                 let slice = data[start..<end]
                 let fast = slice.withUnsafeBytes { CRC32C.checksum($0) }
                 #expect(fast == Self.reference(slice), "bytes \(start)..<\(end)")
+            }
+        }
+    }
+
+    /// The table-driven loop, which machines without the instruction use, gives what the
+    /// instruction gives (the test above checks whichever `checksum` uses).
+    @Test func theSoftwareLoopEqualsTheBitwiseDefinition() {
+        var rng = SplitMix64(seed: testSeed("CRC32CTests.software"))
+        let data = (0..<300).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+        print("CRC-32C: the processor's instruction is \(CRC32C.usesInstruction ? "used" : "not available")")
+        for start in 0..<9 {
+            for end in stride(from: start, through: data.count, by: 7) {
+                let slice = data[start..<end]
+                let software = slice.withUnsafeBytes { ~CRC32C.softwareUpdate(0xFFFF_FFFF, $0) }
+                #expect(software == Self.reference(slice), "bytes \(start)..<\(end)")
             }
         }
     }

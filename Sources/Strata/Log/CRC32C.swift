@@ -1,10 +1,14 @@
+import CStrataCRC
+
 /// CRC-32C (Castagnoli): the checksum of log records (operation format 3, see ``RecordFormat``).
 ///
 /// The reflected polynomial 0x82F63B78, initial value and final xor 0xFFFFFFFF — the CRC of
 /// iSCSI (RFC 3720), ext4 and SSE4.2's `crc32` instruction, so any of their implementations can
-/// check a record. Computed in software, slicing by 8: eight 256-entry tables let one step
-/// consume eight bytes, about 1 byte per cycle, several times the byte-at-a-time loop. A log
-/// record is usually under 200 bytes, so the checksum is small next to the LMDB put.
+/// check a record. Computed with the processor's CRC-32C instruction where it has one (SSE4.2 on
+/// x86-64, the CRC32 extension on 64-bit Arm; `CStrataCRC`), eight bytes per instruction;
+/// otherwise in software, slicing by 8: eight 256-entry tables let one step consume eight bytes,
+/// about 1 byte per cycle. On the 1M-edit store, `verify` spent 6% of its instructions in the
+/// software loop; the instruction makes that a fraction of a percent.
 enum CRC32C {
     /// The checksum of `bytes`.
     ///
@@ -25,8 +29,17 @@ enum CRC32C {
         bytes.withUnsafeBytes { checksum($0) }
     }
 
+    /// Whether ``update(_:_:)`` uses the processor's instruction (read once).
+    static let usesInstruction = strata_crc32c_available() != 0
+
     /// Continues the raw (not finally inverted) CRC `crc` over `bytes`.
     private static func update(_ crc: UInt32, _ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        guard usesInstruction, let base = bytes.baseAddress else { return softwareUpdate(crc, bytes) }
+        return strata_crc32c_update(crc, base, bytes.count)
+    }
+
+    /// ``update(_:_:)`` without the instruction: the tests check the two agree.
+    static func softwareUpdate(_ crc: UInt32, _ bytes: UnsafeRawBufferPointer) -> UInt32 {
         var crc = crc
         var i = 0
         let n = bytes.count
