@@ -234,7 +234,8 @@ public final class Store: Sendable {
     /// its own, and commits once; every caller returns after that one durable commit with its
     /// own result or error (a closure that throws rolls back only its own edits). Such a `body`
     /// may therefore run on another caller's thread; a lone writer's runs on its own. Observers
-    /// get one change set per closure, in commit order.
+    /// get one change set per committed closure, in commit order, once the callers of its group
+    /// are released, so `write` may return before they have seen it (see ``observe(_:)``).
     ///
     /// - Important: **`body` may run more than once.** When the store's memory map fills up during
     ///   the write, LMDB aborts the transaction; the store grows the map and runs `body` again from
@@ -268,9 +269,10 @@ public final class Store: Sendable {
 
     /// Commits a group of writes in one LMDB transaction (see `GroupCommit.swift`): a lone
     /// write runs directly in it; several run each in a nested transaction, so that one that
-    /// throws rolls back only its own edits. Sets each request's outcome; publishes the overlay
-    /// and the catalog and tells observers, one change set per closure in commit order.
-    func commitGroup(_ group: [WriteRequest]) {
+    /// throws rolls back only its own edits. Sets each request's outcome and publishes the
+    /// overlay and the catalog. Returns what to tell observers, one change set per committed
+    /// closure in commit order; the caller tells them once the group's callers are released.
+    func commitGroup(_ group: [WriteRequest]) -> [CommitNotification] {
         var committedOverlay: OverlayVersion?
         var committedCatalog: Catalog?
         do {
@@ -327,16 +329,14 @@ public final class Store: Sendable {
                 request.error = failure
                 request.notification = nil
             }
-            return
+            return []
         }
         // Only after the commit, so that no snapshot sees view changes its log does not have.
         if let committedOverlay { overlay.publish(committedOverlay) }
         core.hasWritten.store(true, ordering: .relaxed)
         if let committedCatalog { publish(committedCatalog) }
-        // After the commit: nothing is told about a closure that rolled back.
-        for request in group where request.error == nil {
-            if let notification = request.notification { observers.notify(notification) }
-        }
+        // Nothing is told about a closure that rolled back.
+        return group.compactMap { $0.error == nil ? $0.notification : nil }
     }
 
     /// Runs `body` with a consistent read-only snapshot of the store.

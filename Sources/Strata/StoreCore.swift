@@ -43,7 +43,7 @@ final class StoreCore: @unchecked Sendable {
     /// `Checkpoint.swift`).
     let overlay = PublishedOverlay(.empty(at: 0))
     /// Writes waiting for a group commit (see `GroupCommit.swift`).
-    let writers = WriteQueue()
+    let writers: WriteQueue
     /// Whether this process committed a write to the store: only then does closing it
     /// checkpoint. A process that only reads never takes the writer's lock, even to close.
     let hasWritten = Atomic<Bool>(false)
@@ -57,6 +57,7 @@ final class StoreCore: @unchecked Sendable {
         self.path = path
         self.options = options
         self.identity = identity
+        writers = WriteQueue(observers: observers)
         // Files this process cannot write (a store copied off a device, a read-only mount, another
         // user's store): open read-only, so it can still be inspected.
         let writable = { (file: String) in access(path + "/" + file, W_OK) == 0 || (errno == ENOENT && access(path, W_OK) == 0) }

@@ -66,12 +66,60 @@ final class Observers: Sendable {
     func notify(_ n: CommitNotification) {
         for callback in callbacks.withLock({ Array($0.values) }) { callback(n) }
     }
+
+    /// Change sets posted by commits and not yet delivered, oldest first, and whether a thread
+    /// is delivering them.
+    private struct Mailbox {
+        var batches: [[CommitNotification]] = []
+        var delivering = false
+    }
+    private let mailbox = Locked(Mailbox())
+
+    /// Queues the change sets of one commit. Commits post in commit order (a leader posts
+    /// before it passes the lead on), so that is the order of delivery.
+    func post(_ batch: [CommitNotification]) {
+        guard !batch.isEmpty else { return }
+        mailbox.withLock { $0.batches.append(batch) }
+    }
+
+    /// Delivers the posted change sets in order, unless another thread is delivering: that
+    /// thread delivers these too before it stops, since it stops only when none are left.
+    ///
+    /// Never waits for the delivering thread: it may be running an observer that waits for
+    /// this very thread's write (directly, or from the delivering thread itself when the
+    /// observer wrote). Such a write's change set is delivered after that observer returns.
+    func deliverPosted() {
+        let starts = mailbox.withLock { m in
+            guard !m.delivering, !m.batches.isEmpty else { return false }
+            m.delivering = true
+            return true
+        }
+        guard starts else { return }
+        while let batch = mailbox.withLock({ m -> [CommitNotification]? in
+            guard !m.batches.isEmpty else {
+                m.delivering = false
+                return nil
+            }
+            return m.batches.removeFirst()
+        }) {
+            for n in batch { notify(n) }
+        }
+    }
 }
 
 extension Store {
-    /// Calls `body` after every committed write transaction with the rows it changed. Nothing
-    /// is delivered for a transaction that rolled back. `body` runs on the committing thread,
-    /// after the commit; it may read the store but should return quickly.
+    /// Calls `body` after every committed write transaction with the rows it changed: once per
+    /// committed write closure, one call at a time, in commit order. Nothing is delivered for a
+    /// transaction that rolled back.
+    ///
+    /// `body` runs after the commit, once its callers were released and the next writers may
+    /// commit, on a thread of this process that writes the store (usually the one that led the
+    /// commit; a thread that is delivering also delivers the commits made meanwhile). So a
+    /// `write` may return before `body` saw it; a lone synchronous writer delivers on its own
+    /// thread before its `write` returns, unless another thread is delivering at that moment.
+    /// `body` may read the store and may write it, also through another thread it waits for:
+    /// such a write commits on its own and its change set is delivered after `body` returns.
+    /// `body` should return quickly: the thread it runs on may be a writer whose `write` waits for it.
     ///
     /// Keep the returned token: the observation ends when it is cancelled or released.
     ///

@@ -7,7 +7,8 @@ import Synchronization
 // leader runs the queued closures in a single LMDB write transaction, each closure in a nested
 // transaction of its own, and commits once: every caller returns after that one durable commit,
 // so many writers share one fsync. A lone writer runs its closure directly in the transaction,
-// as before, and pays only a lock round trip.
+// as before, and pays only a lock round trip. Observers are told only after the group's callers
+// are released and the lead has passed on (see `lead(first:_:)`).
 
 /// One `write` waiting for, or taking part in, a group commit.
 final class WriteRequest: @unchecked Sendable {
@@ -20,7 +21,7 @@ final class WriteRequest: @unchecked Sendable {
     var run: ((Transaction) throws -> Void)?
     /// The outcome: `nil` when the closure's edits were committed.
     var error: (any Error)?
-    /// What the closure changed, for observers.
+    /// What the closure changed, for observers (only when some are registered).
     var notification: CommitNotification?
     /// Set when an async caller's task is cancelled: if the closure has not started, it never does.
     let cancelled = Atomic<Bool>(false)
@@ -68,9 +69,12 @@ final class WriteRequest: @unchecked Sendable {
     fileprivate func sleep() { semaphore!.wait() }
 }
 
+/// Commits a group and returns the change sets to tell observers, in commit order.
+typealias GroupCommit = @Sendable ([WriteRequest]) -> [CommitNotification]
+
 /// The writers of one store waiting for a group commit, and who leads.
 final class WriteQueue: @unchecked Sendable {
-    // @unchecked: every field is read and changed under `lock`.
+    // @unchecked: every field is read and changed under `lock`; `observers` is thread-safe.
     // A condition as well as a lock: a leader gathering its group waits on it for writers to
     // arrive (see `gather()`).
     private let lock = NSCondition()
@@ -91,10 +95,17 @@ final class WriteQueue: @unchecked Sendable {
     /// The most closures in one group: a bound on how long the first of them waits.
     static let maxGroup = 256
 
+    /// Told of each group's commit once its callers are released.
+    private let observers: Observers
+
+    init(observers: Observers) {
+        self.observers = observers
+    }
+
     /// Runs `request` to completion: as the leader of a group when no other write runs, else as
     /// a follower of the current leader's next group. Returns when its commit is durable (or it
     /// failed: see `request.error`).
-    func runSynchronously(_ request: WriteRequest, _ commit: @escaping @Sendable ([WriteRequest]) -> Void) {
+    func runSynchronously(_ request: WriteRequest, _ commit: @escaping GroupCommit) {
         lock.lock()
         if let leaderThread, pthread_equal(leaderThread, pthread_self()) != 0 {
             lock.unlock()
@@ -115,7 +126,7 @@ final class WriteQueue: @unchecked Sendable {
 
     /// Starts `request` without blocking the caller: it is queued for the current leader, or, if
     /// none runs, leads a group on a thread of its own. `request`'s completion reports the end.
-    func submit(_ request: WriteRequest, _ commit: @escaping @Sendable ([WriteRequest]) -> Void) {
+    func submit(_ request: WriteRequest, _ commit: @escaping GroupCommit) {
         lock.lock()
         if leading {
             waiting.append(request)
@@ -145,9 +156,15 @@ final class WriteQueue: @unchecked Sendable {
         while 1 + waiting.count < wanted && lock.wait(until: deadline) {}
     }
 
-    /// Runs groups, starting with one led by `first`, then hands the lead to the next waiting
-    /// request (or gives it up).
-    private func lead(first: WriteRequest, _ commit: @escaping @Sendable ([WriteRequest]) -> Void) {
+    /// Runs a group led by `first`, hands the lead to the next waiting request (or gives it
+    /// up), and then tells observers.
+    ///
+    /// Observers come last: while this thread is the leader or its callers wait, a write from
+    /// an observer would wait for itself (on this thread, or on a thread the observer waits
+    /// for), and every writer would wait for the observers too. The change sets are posted
+    /// before the lead passes on, so that they queue in commit order; whichever thread then
+    /// finds nobody delivering delivers them (`Observers.deliverPosted()`).
+    private func lead(first: WriteRequest, _ commit: @escaping GroupCommit) {
         lock.lock()
         leaderThread = pthread_self()
         gather()
@@ -158,8 +175,9 @@ final class WriteQueue: @unchecked Sendable {
 
         let clock = ContinuousClock()
         let start = clock.now
-        commit(group)
+        let notifications = commit(group)
         let took = start.duration(to: clock.now)
+        observers.post(notifications)
 
         lock.lock()
         lastCommit = took
@@ -169,12 +187,14 @@ final class WriteQueue: @unchecked Sendable {
         if next == nil { leading = false }
         lock.unlock()
         for request in group { request.finish() }
-        guard let next else { return }
-        if next.isAsync {
-            DispatchQueue.global().async { self.lead(first: next, commit) }
-        } else {
-            next.wakeToLead()
+        if let next {
+            if next.isAsync {
+                DispatchQueue.global().async { self.lead(first: next, commit) }
+            } else {
+                next.wakeToLead()
+            }
         }
+        observers.deliverPosted()
     }
 }
 
