@@ -31,26 +31,30 @@ extension Store {
 
     private func submitWrite<R: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> R) async throws -> R {
         let result = Locked<R?>(nil)
-        let request = Locked<WriteRequest?>(nil)
+        let continuation = Locked<CheckedContinuation<R, any Error>?>(nil)
+        // Made before the cancellation handler is installed, so that no cancellation can come
+        // before there is a request to mark: a task cancelled already runs the handler at once.
+        let request = WriteRequest(
+            run: { tx in
+                let value = try body(tx)
+                result.withLock { $0 = value }
+            },
+            completion: { r in
+                // Set before the request is submitted, so before this runs.
+                let continuation = continuation.withLock { $0! }
+                if let error = r.error {
+                    continuation.resume(throwing: error)
+                } else {
+                    continuation.resume(returning: result.withLock { $0! })
+                }
+            })
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<R, any Error>) in
-                let r = WriteRequest(
-                    run: { tx in
-                        let value = try body(tx)
-                        result.withLock { $0 = value }
-                    },
-                    completion: { r in
-                        if let error = r.error {
-                            continuation.resume(throwing: error)
-                        } else {
-                            continuation.resume(returning: result.withLock { $0! })
-                        }
-                    })
-                request.withLock { $0 = r }
-                core.writers.submit(r) { [self] group in commitGroup(group) }
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<R, any Error>) in
+                continuation.withLock { $0 = c }
+                core.writers.submit(request) { [self] group in commitGroup(group) }
             }
         } onCancel: {
-            request.withLock { $0?.cancelled.store(true, ordering: .relaxed) }
+            request.cancelled.store(true, ordering: .relaxed)
         }
     }
 

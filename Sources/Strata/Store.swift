@@ -294,14 +294,17 @@ public final class Store: Sendable {
                             committedCatalog = tx.workingCatalog
                         }
                     }
-                    if group.count == 1 {
-                        try run(group[0], in: txn)
+                    // A cancelled async write that has not started never does, whether or not
+                    // it shares the group: checked on every attempt, before any closure runs.
+                    let runs = group.filter { request in
+                        guard request.cancelled.load(ordering: .relaxed) else { return true }
+                        request.error = CancellationError()
+                        return false
+                    }
+                    if runs.count == 1 {
+                        try run(runs[0], in: txn)
                     } else {
-                        for request in group {
-                            if request.cancelled.load(ordering: .relaxed) {
-                                request.error = CancellationError()
-                                continue
-                            }
+                        for request in runs {
                             let before = (working.version, catalog, committedCatalog)
                             do {
                                 try txn.nested { try run(request, in: $0) }

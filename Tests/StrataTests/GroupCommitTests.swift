@@ -128,6 +128,56 @@ import Testing
         }
     }
 
+    /// An async write queued behind a busy writer and cancelled there never runs its closure,
+    /// though it then leads a group of its own (only closures in a group of several used to be
+    /// checked), and gets `CancellationError`.
+    @Test func aCancelledWriteQueuedBehindABusyWriterNeverRuns() async throws {
+        try await withTemporaryFolderAsync { path in
+            var options = StoreOptions()
+            options.durability = .noSync
+            let store = try Store(path: path, options: options)
+            try store.createTable(tasksSchema)
+            let entered = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            let busyDone = DispatchSemaphore(value: 0)
+            Thread {
+                do {
+                    try store.write { tx in
+                        entered.signal()
+                        release.wait()
+                        try tx.insert("tasks", ["id": 1, "title": "busy"])
+                    }
+                } catch {
+                    Issue.record("the busy write failed: \(error)")
+                }
+                busyDone.signal()
+            }.start()
+            await waitOffThePool(entered)
+            final class Flag: Sendable { let value = Atomic<Bool>(false) }
+            let ran = Flag()
+            let task = Task {
+                try await store.write { tx in
+                    ran.value.store(true, ordering: .relaxed)
+                    try tx.insert("tasks", ["id": 2, "title": "cancelled"])
+                }
+            }
+            // Queued behind the busy writer (whose group was taken before its closure began).
+            while store.core.writers.waitingCount < 1 { await Task.yield() }
+            task.cancel()
+            release.signal()
+            let outcome = await task.result
+            await waitOffThePool(busyDone)
+            guard case .failure(let e) = outcome else {
+                Issue.record("the cancelled write committed")
+                return
+            }
+            #expect(e is CancellationError, "\(e)")
+            let didRun = ran.value.load(ordering: .relaxed)
+            #expect(!didRun, "the cancelled write's closure ran")
+            #expect(try await store.read { try $0.rows("tasks").map(\.key) } == [1])
+        }
+    }
+
     /// The async `write` and `read` take non-escaping closures: a function can pass its own
     /// non-escaping closure parameter straight through (this test compiles only if they do), and
     /// many concurrent calls, some throwing, return each caller its own outcome (the closures are
@@ -200,6 +250,17 @@ import Testing
             #expect(after.isEmpty && after.arena.storedBytes == 0, "the write that succeeded did not checkpoint: \(after.arena.storedBytes) bytes held")
             #expect(try store.read { try $0.rows("tasks").map(\.key) } == [1])
             #expect(try store.verify().isConsistent)
+        }
+    }
+}
+
+/// Waits for `semaphore` on a thread outside Swift's cooperative pool, which a blocked task
+/// would hold up.
+func waitOffThePool(_ semaphore: DispatchSemaphore) async {
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+        DispatchQueue.global().async {
+            semaphore.wait()
+            done.resume()
         }
     }
 }

@@ -102,6 +102,13 @@ final class WriteQueue: @unchecked Sendable {
         self.observers = observers
     }
 
+    /// How many writes wait for the next group (for tests that need a write to be queued).
+    var waitingCount: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return waiting.count
+    }
+
     /// Runs `request` to completion: as the leader of a group when no other write runs, else as
     /// a follower of the current leader's next group. Returns when its commit is durable (or it
     /// failed: see `request.error`).
