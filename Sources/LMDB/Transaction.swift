@@ -125,6 +125,11 @@ public struct WriteTransaction: ReadableTransaction {
     let status: UnsafeMutablePointer<Int32>
     package let lent: LentMemory
 
+    /// Whether an LMDB error hit this transaction (or a nested one failed for want of map
+    /// space): it can only be aborted. Not the same as an `LMDBError` passing through a closure,
+    /// which may come from another transaction or environment.
+    package var hasFailed: Bool { status.pointee != 0 }
+
     /// Records the first failure of this transaction, then throws it.
     @usableFromInline
     func fail(_ rc: Int32, _ operation: String) throws(LMDBError) -> Never {

@@ -308,12 +308,14 @@ public final class Store: Sendable {
                             let before = (working.version, catalog, committedCatalog)
                             do {
                                 try txn.nested { try run(request, in: $0) }
-                            } catch let error as LMDBError where error.resultCode == .mapFull {
-                                // The whole group runs again with a larger map.
-                                throw error
                             } catch {
+                                // Only a failure of the group's own transaction (its map is full,
+                                // or the nested commit failed) ends the group: the group then runs
+                                // again with a larger map, or fails. Not decided from the error's
+                                // type: a closure may throw an LMDBError of another environment.
+                                if txn.hasFailed { throw error }
                                 (working.version, catalog, committedCatalog) = before
-                                request.error = error
+                                request.error = writeError(error)
                                 request.notification = nil
                             }
                         }
@@ -327,7 +329,7 @@ public final class Store: Sendable {
                 }
             }
         } catch {
-            let failure = (error as? StrataError).map { $0.code == .storage ? diagnoseWriteFailure($0) : $0 } ?? error
+            let failure = writeError(error)
             for request in group where request.error == nil {
                 request.error = failure
                 request.notification = nil
@@ -397,6 +399,15 @@ public final class Store: Sendable {
 
     /// Bytes in use in the store's file; 0 once the store is closed.
     public var sizeInBytes: Int { isClosed ? 0 : env.usedBytes }
+
+    /// What a write's caller gets for `error`, thrown by its closure or by the commit, the same
+    /// whether the closure ran alone or in a group: LMDB's errors as ``StrataError`` (see
+    /// `StrataError.storage(_:)`), a `storage` error diagnosed for a full disk, others unchanged.
+    private func writeError(_ error: any Error) -> any Error {
+        let mapped = (error as? LMDBError).map { StrataError.storage($0) } ?? error
+        guard let strata = mapped as? StrataError, strata.code == .storage else { return mapped }
+        return diagnoseWriteFailure(strata)
+    }
 
     /// A commit cut short by a full disk (or the file size limit) fails in LMDB with `EIO` when
     /// part of a page was written: LMDB reports a short write that way. Such a failure is

@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 @testable import Strata
 import StrataWorkload
 import Synchronization
@@ -175,6 +176,135 @@ import Testing
             let didRun = ran.value.load(ordering: .relaxed)
             #expect(!didRun, "the cancelled write's closure ran")
             #expect(try await store.read { try $0.rows("tasks").map(\.key) } == [1])
+        }
+    }
+
+    /// Runs `bodies` as synchronous writes of their own threads in one group: a writer held
+    /// inside its closure keeps them queued, in order, until all wait. Returns each write's
+    /// error (nil: committed) and whether all closures ran on one thread (one group).
+    static func inOneGroup(_ store: Store, _ bodies: [@Sendable (Transaction) throws -> Void]) -> (errors: [(any Error)?], grouped: Bool) {
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let done = DispatchGroup()
+        done.enter()
+        Thread {
+            defer { done.leave() }
+            do {
+                try store.write { _ in
+                    entered.signal()
+                    release.wait()
+                }
+            } catch {
+                Issue.record("the holding write failed: \(error)")
+            }
+        }.start()
+        entered.wait()
+        let errors = Locked([(any Error)?](repeating: nil, count: bodies.count))
+        let ranOn = Locked([pthread_t]())
+        for (i, body) in bodies.enumerated() {
+            done.enter()
+            Thread {
+                defer { done.leave() }
+                do {
+                    try store.write { tx in
+                        ranOn.withLock { $0.append(pthread_self()) }
+                        try body(tx)
+                    }
+                } catch {
+                    errors.withLock { $0[i] = error }
+                }
+            }.start()
+            // One at a time, so that they queue in order.
+            while store.core.writers.waitingCount < i + 1 { sched_yield() }
+        }
+        release.signal()
+        done.wait()
+        let threads = ranOn.withLock { $0 }
+        return (errors.withLock { $0 }, threads.allSatisfy { pthread_equal($0, threads[0]) != 0 })
+    }
+
+    /// A closure that swallows an LMDB error of the store's transaction gets the same error
+    /// alone and in a group: `StrataError` `storage` (a group used to hand it LMDB's raw error).
+    @Test func aSwallowedStorageErrorIsTheSameAloneAndGrouped() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            let swallow: @Sendable (Transaction) throws -> Void = { tx in
+                // A key over LMDB's limit: MDB_BAD_VALSIZE, which marks the transaction failed.
+                let writer = try tx.txn
+                _ = try? writer.writeTxn!.put([UInt8](repeating: 7, count: 600), [1], in: writer.views.meta)
+            }
+            let alone = #expect(throws: StrataError.self) { try store.write(swallow) }
+            #expect(alone?.code == .storage)
+            let (errors, grouped) = Self.inOneGroup(store, [
+                swallow,
+                { tx in try tx.insert("tasks", ["id": 1, "title": "kept"]) },
+            ])
+            #expect(grouped, "the two writes did not run as one group")
+            let inGroup = errors[0] as? StrataError
+            #expect(inGroup?.code == .storage, "grouped: \(String(describing: errors[0]))")
+            #expect((inGroup?.cause as? LMDBError)?.resultCode == (alone?.cause as? LMDBError)?.resultCode)
+            #expect(errors[1] == nil, "the other write of the group: \(String(describing: errors[1]))")
+            #expect(try store.read { try $0.rows("tasks").map(\.key) } == [1])
+        }
+    }
+
+    /// An `LMDBError.mapFull` that a closure throws without the store's map being full (from
+    /// another environment) fails only that closure, alone or grouped: the group is not
+    /// aborted, nor run again (it used to fail every write of the group).
+    @Test func aForeignMapFullFailsOnlyItsOwnWrite() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            let foreign: @Sendable (Transaction) throws -> Void = { tx in
+                try tx.insert("tasks", ["id": 99, "title": "rolled back"])
+                throw LMDBError(.mapFull, operation: "another environment's mdb_put")
+            }
+            let reruns = store.writeReruns
+            let alone = #expect(throws: StrataError.self) { try store.write(foreign) }
+            #expect(alone?.code == .storage)
+            let (errors, grouped) = Self.inOneGroup(store, [
+                foreign,
+                { tx in try tx.insert("tasks", ["id": 1, "title": "kept"]) },
+            ])
+            #expect(grouped, "the two writes did not run as one group")
+            let inGroup = errors[0] as? StrataError
+            #expect(inGroup?.code == .storage, "grouped: \(String(describing: errors[0]))")
+            #expect((inGroup?.cause as? LMDBError)?.resultCode == .mapFull)
+            #expect(errors[1] == nil, "the other write of the group: \(String(describing: errors[1]))")
+            #expect(store.writeReruns == reruns)
+            #expect(try store.read { try $0.rows("tasks").map(\.key) } == [1])
+        }
+    }
+
+    /// A group whose transaction fills the map runs again, whole, with a larger map: every
+    /// closure's outcome is that of the last attempt, and a closure that throws still fails alone.
+    @Test func aGroupThatFillsTheMapRunsAgainWhole() throws {
+        struct Refused: Error {}
+        var options = StoreOptions()
+        options.initialMapSize = 256 << 10
+        try withStore(options) { store, _ in
+            try store.createTable(tasksSchema)
+            let text = String(repeating: "x", count: 2_000)
+            let reruns = store.writeReruns
+            let (errors, grouped) = Self.inOneGroup(store, [
+                { tx in try tx.insert("tasks", ["id": 1, "title": "small"]) },
+                { tx in
+                    try tx.insert("tasks", ["id": 2, "title": "refused"])
+                    throw Refused()
+                },
+                { tx in
+                    // About 8 MB: far more than the map.
+                    for i in 0..<2_000 {
+                        try tx.insert("tasks", ["id": .int(Int64(10_000 + i)), "title": .string(text), "notes": .string(text)])
+                    }
+                },
+            ])
+            #expect(grouped, "the writes did not run as one group")
+            #expect(store.writeReruns > reruns, "the map never filled")
+            #expect(errors[0] == nil && errors[2] == nil, "\(errors)")
+            #expect(errors[1] is Refused, "\(String(describing: errors[1]))")
+            #expect(try store.read { try $0.count("tasks") } == 2_001)
+            #expect(try store.read { try $0.row("tasks", key: 2) } == nil)
+            #expect(try store.verify().isConsistent)
         }
     }
 
