@@ -96,6 +96,9 @@ public final class Store: Sendable {
         var running = 0
         /// Whether this object's count on `core` was given back to the registry.
         var released = false
+        /// How to end each observation made through this object (`observe`, `changes()`);
+        /// `close()` ends them all, since the observers themselves belong to the folder.
+        var observations: [UUID: @Sendable () -> Void] = [:]
     }
 
     var env: Environment { core.env }
@@ -151,7 +154,9 @@ public final class Store: Sendable {
 
     deinit {
         // No call can be running: each holds this object.
-        if !usage.withLock({ $0.released }) { StoreRegistry.shared.release(core) }
+        let (released, observations) = usage.withLock { ($0.released, $0.observations.values) }
+        for end in observations { end() }
+        if !released { StoreRegistry.shared.release(core) }
     }
 
     /// Closes this `Store`. Every later call on it fails with ``StrataError/Code/closed``; calls
@@ -160,16 +165,38 @@ public final class Store: Sendable {
     /// this process are open on the same folder: the store closes with the last of them. Open
     /// the folder again with ``init(path:options:)``. Closing twice does nothing.
     ///
+    /// Closing also ends the observations made through this `Store` (``observe(_:)``,
+    /// ``changes()``), though other `Store`s on the folder may write on.
+    ///
     /// `close()` does not wait, so it may be called from inside a transaction of this store.
     public func close() {
-        let release = usage.withLock { u in
-            guard !u.closed else { return false }
+        let (release, observations) = usage.withLock { u -> (Bool, [@Sendable () -> Void]) in
+            guard !u.closed else { return (false, []) }
             u.closed = true
-            guard u.running == 0 else { return false }
+            let observations = Array(u.observations.values)
+            u.observations = [:]
+            guard u.running == 0 else { return (false, observations) }
             u.released = true
+            return (true, observations)
+        }
+        // Outside the lock: ending a `changes()` sequence cancels its token, which takes it.
+        for end in observations { end() }
+        if release { StoreRegistry.shared.release(core) }
+    }
+
+    /// Runs `add` and keeps the observation end it returns under `id`, unless this `Store` is
+    /// closed (then `add` does not run). Returns whether it ran. See ``close()``.
+    func trackObservation(_ id: UUID, _ add: () -> @Sendable () -> Void) -> Bool {
+        usage.withLock { u in
+            guard !u.closed else { return false }
+            u.observations[id] = add()
             return true
         }
-        if release { StoreRegistry.shared.release(core) }
+    }
+
+    /// Forgets the observation `id`, ended by its token.
+    func untrackObservation(_ id: UUID) {
+        _ = usage.withLock { $0.observations.removeValue(forKey: id) }
     }
 
     /// Whether the store was opened read-only because this process cannot write its files

@@ -128,3 +128,80 @@ import Testing
         }
     }
 }
+
+/// `close()` ends the `Store`'s observations, though other `Store`s on the folder write on.
+@Suite struct ObservationCloseTests {
+    /// A callback registered before `close()` is not called for commits made afterwards
+    /// through another `Store` of the folder (it used to be: the observers are the folder's).
+    @Test func closeEndsTheObservationsOfThatStore() throws {
+        try withStore { first, path in
+            try first.createTable(tasksSchema)
+            let second = try Store(path: path)
+            defer { second.close() }
+            let seenByFirst = Locked(0)
+            let seenBySecond = Locked(0)
+            let token = first.observe { _ in seenByFirst.withLock { $0 += 1 } }
+            let kept = second.observe { _ in seenBySecond.withLock { $0 += 1 } }
+            defer { token.cancel(); kept.cancel() }
+            try first.write { try $0.insert("tasks", ["id": 1, "title": "before close"]) }
+            first.close()
+            try second.write { try $0.insert("tasks", ["id": 2, "title": "after close"]) }
+            #expect(seenByFirst.withLock { $0 } == 1)
+            #expect(seenBySecond.withLock { $0 } == 2)
+        }
+    }
+
+    /// A `for await` loop over `changes()` ends once its `Store` is closed (it never did),
+    /// after the change sets delivered before; writes through another `Store` do not keep it
+    /// going.
+    @Test func closeEndsTheChangesSequence() async throws {
+        try await withTemporaryFolderAsync { path in
+            var options = StoreOptions()
+            options.durability = .noSync
+            let first = try Store(path: path, options: options)
+            let second = try Store(path: path)
+            defer { second.close() }
+            try first.createTable(tasksSchema)
+            let stream = first.changes()
+            let received = DispatchSemaphore(value: 0)
+            let consumer = Task {
+                var keys: [RowKey] = []
+                for await n in stream {
+                    keys += n.changes.map(\.key)
+                    received.signal()
+                }
+                return keys
+            }
+            try await first.write { try $0.insert("tasks", ["id": 1, "title": "before close"]) }
+            await waitOffThePool(received)
+            first.close()
+            try await second.write { try $0.insert("tasks", ["id": 2, "title": "after close"]) }
+            #expect(await consumer.value == [1])
+        }
+    }
+
+    /// Releasing a `Store` without closing it ends its observations too, like `close()`.
+    @Test func releasingAStoreEndsItsObservations() async throws {
+        try await withTemporaryFolderAsync { path in
+            var options = StoreOptions()
+            options.durability = .noSync
+            let second = try Store(path: path, options: options)
+            defer { second.close() }
+            try second.createTable(tasksSchema)
+            var first: Store? = try Store(path: path)
+            let stream = first!.changes()
+            let seen = Locked(0)
+            let token = first!.observe { _ in seen.withLock { $0 += 1 } }
+            defer { token.cancel() }
+            let consumer = Task {
+                var count = 0
+                for await _ in stream { count += 1 }
+                return count
+            }
+            first = nil
+            try await second.write { try $0.insert("tasks", ["id": 1, "title": "after release"]) }
+            #expect(await consumer.value == 0)
+            #expect(seen.withLock { $0 } == 0)
+        }
+    }
+}

@@ -43,28 +43,39 @@ public final class ObservationToken: Sendable {
 
 /// The observers of a store.
 final class Observers: Sendable {
-    private let callbacks = Locked<[UUID: @Sendable (CommitNotification) -> Void]>([:])
+    /// One callback. `active` is cleared when it is removed, so that a delivery that listed it
+    /// before then does not call it afterwards.
+    private final class Observer: Sendable {
+        let callback: @Sendable (CommitNotification) -> Void
+        let active = Atomic<Bool>(true)
+        init(_ callback: @escaping @Sendable (CommitNotification) -> Void) { self.callback = callback }
+    }
+    private let callbacks = Locked<[UUID: Observer]>([:])
     private let count = Atomic<Int>(0)
 
     /// Whether anyone is listening: transactions collect changes only then.
     var isEmpty: Bool { count.load(ordering: .relaxed) == 0 }
 
-    func add(_ callback: @escaping @Sendable (CommitNotification) -> Void) -> ObservationToken {
-        let id = UUID()
+    func add(_ id: UUID, _ callback: @escaping @Sendable (CommitNotification) -> Void) {
         callbacks.withLock {
-            $0[id] = callback
+            $0[id] = Observer(callback)
             count.store($0.count, ordering: .relaxed)
         }
-        return ObservationToken { [weak self] in
-            self?.callbacks.withLock {
-                $0[id] = nil
-                self?.count.store($0.count, ordering: .relaxed)
-            }
+    }
+
+    /// Removes the callback `id`, if it is there; no delivery calls it once this returns, but
+    /// one running now may still be in it.
+    func remove(_ id: UUID) {
+        callbacks.withLock {
+            $0.removeValue(forKey: id)?.active.store(false, ordering: .releasing)
+            count.store($0.count, ordering: .relaxed)
         }
     }
 
     func notify(_ n: CommitNotification) {
-        for callback in callbacks.withLock({ Array($0.values) }) { callback(n) }
+        for observer in callbacks.withLock({ Array($0.values) }) where observer.active.load(ordering: .acquiring) {
+            observer.callback(n)
+        }
     }
 
     /// Change sets posted by commits and not yet delivered, oldest first, and whether a thread
@@ -121,22 +132,49 @@ extension Store {
     /// such a write commits on its own and its change set is delivered after `body` returns.
     /// `body` should return quickly: the thread it runs on may be a writer whose `write` waits for it.
     ///
-    /// Keep the returned token: the observation ends when it is cancelled or released.
+    /// Keep the returned token: the observation ends when it is cancelled or released, or when
+    /// this `Store` is closed (``close()``) or released; once that returns, `body` is not called
+    /// again (a call running at that moment finishes).
     ///
     /// The observation sees the commits of every `Store` of this process on the folder. On a
-    /// closed `Store` (``close()``) it observes nothing.
+    /// closed `Store` it observes nothing.
     public func observe(_ body: @escaping @Sendable (CommitNotification) -> Void) -> ObservationToken {
-        guard !isClosed else { return ObservationToken {} }
-        return observers.add(body)
+        addObservation(body, onEnd: {}) ?? ObservationToken {}
     }
 
-    /// Every committed write transaction's changes, as an asynchronous sequence. The sequence
-    /// ends when the consuming task is cancelled; on a closed `Store` (``close()``), at once.
+    /// Every committed write transaction's changes, as an asynchronous sequence (delivered as
+    /// to ``observe(_:)``). The sequence ends, after the changes delivered before, when this
+    /// `Store` is closed (``close()``) or released; it stops when the consuming task is
+    /// cancelled. On a closed `Store` it ends at once.
     public func changes() -> AsyncStream<CommitNotification> {
         AsyncStream { continuation in
-            guard !isClosed else { return continuation.finish() }
-            let token = observers.add { continuation.yield($0) }
+            guard let token = addObservation({ continuation.yield($0) }, onEnd: { continuation.finish() }) else {
+                return continuation.finish()
+            }
             continuation.onTermination = { _ in token.cancel() }
+        }
+    }
+
+    /// Registers `body` with the store's observers and as an observation of this `Store`,
+    /// which ``close()`` ends: it removes `body` and calls `onEnd`. `nil` when this `Store` is closed.
+    private func addObservation(
+        _ body: @escaping @Sendable (CommitNotification) -> Void, onEnd: @escaping @Sendable () -> Void
+    ) -> ObservationToken? {
+        let id = UUID()
+        let observers = self.observers
+        let added = trackObservation(id) {
+            // Under this `Store`'s lock: a close() either came before (nothing is added) or
+            // comes after, and finds the observation to end.
+            observers.add(id, body)
+            return {
+                observers.remove(id)
+                onEnd()
+            }
+        }
+        guard added else { return nil }
+        return ObservationToken { [weak self, weak observers] in
+            observers?.remove(id)
+            self?.untrackObservation(id)
         }
     }
 }
