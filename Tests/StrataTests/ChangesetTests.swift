@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 @testable import Strata
 import StrataWorkload
 import Testing
@@ -125,6 +126,41 @@ import Testing
             #expect(changes[0].fields.count == 200)
             #expect(changes[0].fields.allSatisfy { $0.current == fields[$0.field] && $0.original == .null })
             #expect(changes[1].fields == [.init(field: "f3", original: .null, current: "x")])
+        }
+    }
+
+    /// A changeset whose header is rewritten with `keyCount` as its key field count, after the
+    /// table name; the rest (field names, rows) is the original's.
+    static func withKeyCount(_ keyCount: UInt64, _ good: [UInt8]) throws -> [UInt8] {
+        let (countAt, countEnd) = try withBytes(good) { (b) throws(StrataError) in
+            var r = ByteReader(b, offset: Changeset.magic.count + 1)
+            _ = try r.value()
+            let at = r.offset
+            _ = try r.varint()
+            return (at, r.offset)
+        }
+        var w = ByteWriter()
+        w.append(Array(good[..<countAt]))
+        w.appendVarint(keyCount)
+        w.append(Array(good[countEnd...]))
+        return w.bytes
+    }
+
+    /// A header claiming 2^62 key fields followed by a row used to pass `Changeset(bytes:)` and
+    /// trap in `changes()` (reserving room for that many key values). A key field count of 0 or
+    /// more than the field names is refused up front as malformed input, saying what was wrong.
+    @Test func aKeyFieldCountTheFieldNamesCannotHoldIsRefused() throws {
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.write { tx in try tx.insert("tasks", ["id": 1, "title": "a"]) }
+            let good = try store.read { try $0.pendingChangeset("tasks") }
+            let names = try store.read { try $0.fieldNames("tasks") }.count
+            #expect(try Self.withKeyCount(1, good.bytes) == good.bytes)
+            for bad: UInt64 in [1 << 40, 1 << 62, UInt64.max, UInt64(names) + 1, 0] {
+                let bytes = try Self.withKeyCount(bad, good.bytes)
+                let e = #expect(throws: StrataError.self, "key count \(bad)") { try Changeset(bytes: bytes).changes() }
+                #expect(e?.code == .malformedInput && e?.message.contains("key field") == true, "key count \(bad): \(String(describing: e))")
+            }
         }
     }
 

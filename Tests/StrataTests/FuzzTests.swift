@@ -129,6 +129,43 @@ import Testing
         return w.bytes
     }
 
+    /// Changesets come from other devices and servers: a damaged one decodes or is refused as
+    /// malformed input. Some mutations set the header's key field count to a random number,
+    /// small or huge (a huge one used to trap when the keys were read).
+    @Test func mutatedChangesetsNeverCrash() throws {
+        var g = SplitMix64(seed: testSeed("mutatedChangesets"))
+        try withStore { store, _ in
+            try store.createTable(tasksSchema)
+            try store.createTable(.propertyBag("bag", key: [.string("name"), .int("n")]))
+            try store.write { tx in
+                for i in 0..<12 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string("t\(i)"), "notes": i % 3 == 0 ? nil : "n"]) }
+                for i in 0..<8 { try tx.acknowledge("tasks", key: .init(.int(Int64(i)))) }
+                for i in 0..<4 { try tx.update("tasks", key: .init(.int(Int64(i))), ["title": "u"]) }
+                for i in 4..<6 { try tx.delete("tasks", key: .init(.int(Int64(i)))) }
+                try tx.insert("bag", ["name": "a\u{0}b", "n": 1, "x": .bytes([0, 1])])
+            }
+            let goods = try store.read { snap in [try snap.pendingChangeset("tasks").bytes, try snap.pendingChangeset("bag").bytes] }
+            var decoded = 0
+            var refused = 0
+            for _ in 0..<3000 {
+                var bad = goods[Int(g.next() % 2)]
+                if g.next() % 4 == 0 {
+                    let count = g.next() >> (g.next() % 64)
+                    bad = try ChangesetTests.withKeyCount(count, bad)
+                }
+                bad = Self.mutate(bad, &g)
+                do {
+                    _ = try Changeset(bytes: bad).changes()
+                    decoded += 1
+                } catch let error as StrataError {
+                    #expect(error.code == .malformedInput || error.code == .formatVersion, "\(error)")
+                    refused += 1
+                }
+            }
+            #expect(refused > 500 && decoded > 50, "\(refused) refused, \(decoded) decoded")
+        }
+    }
+
     @Test func mutatedValuesNeverCrash() {
         var g = SplitMix64(seed: testSeed("mutatedValues"))
         let samples: [Value] = [.null, true, 42, -7, 2.5, "text", "ünï\u{0}", .bytes([0, 255, 1]), .timestamp(Date(timeIntervalSince1970: 1e9))]
@@ -227,6 +264,20 @@ import Testing
     @Test func malformedValuesAreRefused() {
         for bytes: [UInt8] in [[], [0xFF], [0x7F, 1, 2], Array(repeating: 0xFF, count: 12)] {
             #expect(throws: StrataError.self, "\(bytes)") { try withBytes(bytes) { (b) throws(StrataError) in _ = try Value(decoding: b) } }
+        }
+    }
+
+    /// A key count far beyond the bytes (a damaged changeset or record header) used to trap
+    /// reserving room for that many values; it is a truncated key.
+    @Test func aKeyCountBeyondItsBytesIsRefused() {
+        for count in [1 << 40, Int.max, 3] {
+            let e = #expect(throws: StrataError.self, "count \(count)") {
+                try withBytes([KeyCodec.tagInt, 0, 0, 0, 0, 0, 0, 0, 1, KeyCodec.tagTrue]) { (b) throws(StrataError) in
+                    var r = ByteReader(b)
+                    return try KeyCodec.readKey(&r, count: count)
+                }
+            }
+            #expect(e?.code == .corruptRecord, "\(String(describing: e))")
         }
     }
 

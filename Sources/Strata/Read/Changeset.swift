@@ -59,7 +59,8 @@ public struct Changeset: Sendable, Hashable {
 
     /// Wraps an encoded changeset, checking its header.
     ///
-    /// - Throws: ``StrataError`` `malformedInput` when the bytes are not a changeset,
+    /// - Throws: ``StrataError`` `malformedInput` when the bytes are not a changeset or its header
+    ///   does not hold together (a key field count of 0, or more than its field names);
     ///   `formatVersion` when they are a newer one.
     public init(bytes: [UInt8]) throws(StrataError) {
         self.bytes = bytes
@@ -90,7 +91,7 @@ public struct Changeset: Sendable, Hashable {
             }
             return try Self.malformed { () throws(StrataError) -> Header in
                 guard case .string(let table) = try r.value() else { throw r.corrupt("a changeset's table name is not text") }
-                let keyCount = Int(clamping: try r.varint())
+                let keyCount = try r.varint()
                 let n = try r.varint()
                 guard n <= UInt64(r.remaining) else { throw r.corrupt("field name count \(n)") }
                 var names: [String] = []
@@ -98,7 +99,13 @@ public struct Changeset: Sendable, Hashable {
                     guard case .string(let name) = try r.value() else { throw r.corrupt("a changeset's field name is not text") }
                     names.append(name)
                 }
-                return Header(table: table, keyCount: keyCount, fieldNames: names, rowsStart: r.offset)
+                // The key fields are among the table's fields, and a table has at least one; an
+                // encoded key component takes at least one byte, so no key has more components
+                // than a key's byte limit either.
+                guard keyCount >= 1, keyCount <= UInt64(names.count), keyCount <= UInt64(TableInfo.maxKeyBytes) else {
+                    throw StrataError(.malformedInput, "the changeset is damaged: it gives table '\(table)' \(keyCount) key fields, where a table has at least 1 and at most its field count (\(names.count) here)")
+                }
+                return Header(table: table, keyCount: Int(keyCount), fieldNames: names, rowsStart: r.offset)
             }
         }
     }

@@ -124,7 +124,10 @@ enum KeyCodec {
     /// Decodes `count` components from the reader.
     static func readKey(_ r: inout ByteReader, count: Int) throws(StrataError) -> RowKey {
         var values: [Value] = []
-        values.reserveCapacity(count)
+        // `count` may come from damaged or hostile bytes: every component takes at least one
+        // byte, so room for more than the bytes left is never needed (and a huge reservation
+        // would trap before the truncation is noticed).
+        values.reserveCapacity(min(count, r.remaining))
         for _ in 0..<count { values.append(try readComponent(&r)) }
         return RowKey(values)
     }
