@@ -1,5 +1,5 @@
 import Foundation
-import Strata
+@testable import Strata
 import StrataWorkload
 import Testing
 
@@ -82,6 +82,30 @@ import Testing
                 #expect(e?.code == .malformedInput, "case \(i): \(e.map(String.init(describing:)) ?? "-")")
                 #expect(try contents(b) == before, "case \(i) changed the store")
             }
+        }
+    }
+
+    /// A key as the file gives it (an int for a double key field) names the row the store
+    /// holds under the converted key: it is kept, not removed as a row the briefcase lacks.
+    @Test func aKeyConvertedOnImportIsKept() throws {
+        try withTemporaryFolder { dir in
+            let schema = TableSchema.fixed("points", primaryKey: ["x"], fields: [.double("x"), .string("label")])
+            let info = BriefcaseInfo(dataVersion: nil, properties: [:], tables: [schema], fieldNames: ["points": ["x", "label"]], rowCount: 2, createdAt: Date(), sourceClientID: "test", storeProperties: nil)
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            let file = dir + "/points.briefcase"
+            let bytes = try BriefcaseFormat.encode(info, [
+                .init(table: 0, key: RowKey(.int(5)), state: RowState(fields: ["label": .clean("five")])),
+                .init(table: 0, key: RowKey(.double(6.5)), state: RowState(fields: ["label": .clean("six and a half")])),
+            ])
+            try Data(bytes).write(to: URL(fileURLWithPath: file))
+            let b = try Store(path: dir + "/b")
+            try b.importBriefcase(from: file)
+            let rows = try b.read { try $0.rows("points") }
+            #expect(rows.map(\.key) == [RowKey(.double(5)), RowKey(.double(6.5))])
+            #expect(rows.map { $0["label"] } == ["five", "six and a half"])
+            // Again, over the rows now there: nothing changes.
+            try b.importBriefcase(from: file)
+            #expect(try b.read { try $0.rows("points") } == rows)
         }
     }
 }

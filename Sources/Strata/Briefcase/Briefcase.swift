@@ -200,17 +200,24 @@ extension Store {
                 // A property bag's fields keep the order they had in the exporting store.
                 try tx.registerFields(schema.name, info.fieldNames[schema.name] ?? [])
             }
-            var keep: [String: Set<RowKey>] = [:]
+            // The rows kept, by encoded key: the file may give a key in another type than the
+            // store holds it (an int for a double key field), and it names the same row.
+            var keep: [String: Set<[UInt8]>] = [:]
+            var k = ByteWriter(capacity: 64)
             for e in entries {
                 let table = info.tables[e.table].name
-                let key = try tx.row(table, key: e.key, includingDeleted: true)?.key ?? e.key
-                keep[table, default: []].insert(key)
-                try tx.setRowState(table, key: key, e.state, kind: .imported, origin: .local)
+                try tx.catalog.table(named: table).encodeKey(e.key, into: &k)
+                keep[table, default: []].insert(k.bytes)
+                try tx.setRowState(table, key: e.key, e.state, kind: .imported, origin: .local)
             }
             for schema in info.tables {
-                for row in try tx.snapshot.rows(schema.name, includingDeleted: true) where !(keep[schema.name]?.contains(row.key) ?? false) {
-                    try tx.setRowState(schema.name, key: row.key, nil, kind: .imported, origin: .local)
+                let t = try tx.catalog.table(named: schema.name)
+                var gone: [RowKey] = []
+                try tx.snapshot.scanTable(t, in: tx.views.rows) { key, _ in
+                    if !(keep[schema.name]?.contains(Array(key)) ?? false) { gone.append(try t.decodeKey(key)) }
+                    return true
                 }
+                for key in gone { try tx.setRowState(schema.name, key: key, nil, kind: .imported, origin: .local) }
             }
             if restoringProperties {
                 guard let carried = info.storeProperties else {
