@@ -85,6 +85,76 @@ import Testing
         }
     }
 
+    static let usersSchema = TableSchema.fixed("users", primaryKey: ["id"], fields: [.int("id"), .string("email"), .string("name", nullable: true)])
+
+    /// A store with `users` (a unique index on `email`) holding `rows` (id → email), synced.
+    func users(_ path: String, _ rows: [Int64: String]) throws -> Store {
+        let store = try Store(path: path)
+        try store.createTable(Self.usersSchema)
+        try store.createIndex("byEmail", on: "users", fields: ["email"], unique: true)
+        try store.write { tx in
+            for (id, email) in rows.sorted(by: { $0.key < $1.key }) {
+                try tx.insert("users", ["id": .int(id), "email": .string(email)])
+                try tx.acknowledge("users", key: .init(.int(id)))
+            }
+        }
+        return store
+    }
+
+    func emails(_ store: Store) throws -> [Int64: String] {
+        try store.read { snap in
+            var out: [Int64: String] = [:]
+            for row in try snap.rows("users", includingDeleted: true) {
+                guard case .int(let id) = row.key.values[0], case .string(let email) = row["email"] else { continue }
+                out[id] = email
+            }
+            return out
+        }
+    }
+
+    /// The briefcase's rows replace the table's in one transaction: a unique value that moves
+    /// from a row the briefcase lacks to one it holds, or two rows that swap their values, is no
+    /// clash — uniqueness holds once the import is whole. Each used to fail with `duplicateKey`.
+    @Test(arguments: [
+        // (the importing store's rows, the briefcase's rows)
+        ([2: "a"], [1: "a"]),
+        ([1: "a", 2: "b"], [1: "b", 2: "a"]),
+        ([1: "a", 2: "b", 3: "c"], [1: "b", 2: "c", 3: "a", 4: "d"]),
+    ] as [([Int64: String], [Int64: String])])
+    func uniqueValuesMayMoveBetweenRows(store before: [Int64: String], briefcase rows: [Int64: String]) throws {
+        try withTemporaryFolder { dir in
+            let file = dir + "/users.briefcase"
+            try users(dir + "/a", rows).exportBriefcase(to: file)
+            let b = try users(dir + "/b", before)
+            try b.importBriefcase(from: file)
+            #expect(try emails(b) == rows)
+            for (id, email) in rows {
+                #expect(try b.read { try $0.rows(Query("users", where: .equals("email", .string(email)))) }.map(\.key) == [RowKey(.int(id))])
+            }
+            #expect(try b.verify().isConsistent)
+        }
+    }
+
+    /// Rows the briefcase holds that repeat a unique value of the importing store's index are
+    /// still refused, with the index and both rows named, and nothing is imported.
+    @Test func aBriefcaseRepeatingAUniqueValueImportsNothing() throws {
+        try withTemporaryFolder { dir in
+            let file = dir + "/users.briefcase"
+            let a = try Store(path: dir + "/a")
+            try a.createTable(Self.usersSchema)
+            try a.write { tx in
+                try tx.insert("users", ["id": 1, "email": "same"])
+                try tx.insert("users", ["id": 2, "email": "same"])
+            }
+            try a.exportBriefcase(to: file)
+            let b = try users(dir + "/b", [3: "other"])
+            let e = #expect(throws: StrataError.self) { try b.importBriefcase(from: file) }
+            #expect(e?.code == .duplicateKey && e?.message.contains("byEmail") == true && e?.message.contains("nothing was imported") == true, "\(String(describing: e))")
+            #expect(try emails(b) == [3: "other"])
+            #expect(try b.verify().isConsistent)
+        }
+    }
+
     /// A key as the file gives it (an int for a double key field) names the row the store
     /// holds under the converted key: it is kept, not removed as a row the briefcase lacks.
     @Test func aKeyConvertedOnImportIsKept() throws {

@@ -172,10 +172,14 @@ extension Store {
     /// it to restore a store from its own briefcase; it makes no sense for a briefcase holding only
     /// some of the tables the anchor covers. Without it, properties are left as they are.
     ///
+    /// A unique index of the store is checked once on the imported rows, not row by row: a value
+    /// may pass from a row the briefcase lacks to one it holds, and rows may swap values.
+    ///
     /// - Throws: ``StrataError`` `dataVersionMismatch` when `expectingDataVersion` is given and
     ///   differs (discard the briefcase and fetch the data again); `malformedInput` for a damaged
-    ///   or truncated file; `tableExists` when a table exists with another schema. Nothing is
-    ///   imported then.
+    ///   or truncated file; `tableExists` when a table exists with another schema;
+    ///   `duplicateKey` when two of the imported rows hold the same values in a unique index.
+    ///   Nothing is imported then.
     @discardableResult
     public func importBriefcase(from path: String, expectingDataVersion: String? = nil, restoringProperties: Bool = false) throws(StrataError) -> BriefcaseInfo {
         return try strataErrors {
@@ -200,24 +204,29 @@ extension Store {
                 // A property bag's fields keep the order they had in the exporting store.
                 try tx.registerFields(schema.name, info.fieldNames[schema.name] ?? [])
             }
-            // The rows kept, by encoded key: the file may give a key in another type than the
-            // store holds it (an int for a double key field), and it names the same row.
-            var keep: [String: Set<[UInt8]>] = [:]
-            var k = ByteWriter(capacity: 64)
-            for e in entries {
-                let table = info.tables[e.table].name
-                try tx.catalog.table(named: table).encodeKey(e.key, into: &k)
-                keep[table, default: []].insert(k.bytes)
-                try tx.setRowState(table, key: e.key, e.state, kind: .imported, origin: .local)
-            }
-            for schema in info.tables {
-                let t = try tx.catalog.table(named: schema.name)
-                var gone: [RowKey] = []
-                try tx.snapshot.scanTable(t, in: tx.views.rows) { key, _ in
-                    if !(keep[schema.name]?.contains(Array(key)) ?? false) { gone.append(try t.decodeKey(key)) }
-                    return true
+            // The rows replace each table's as a whole: a unique value may pass from a row
+            // removed below to one written before, or two rows may swap theirs. Uniqueness is
+            // checked once, on the result.
+            try tx.deferringUniqueness(of: info.tables.map(\.name)) {
+                // The rows kept, by encoded key: the file may give a key in another type than the
+                // store holds it (an int for a double key field), and it names the same row.
+                var keep: [String: Set<[UInt8]>] = [:]
+                var k = ByteWriter(capacity: 64)
+                for e in entries {
+                    let table = info.tables[e.table].name
+                    try tx.catalog.table(named: table).encodeKey(e.key, into: &k)
+                    keep[table, default: []].insert(k.bytes)
+                    try tx.setRowState(table, key: e.key, e.state, kind: .imported, origin: .local)
                 }
-                for key in gone { try tx.setRowState(schema.name, key: key, nil, kind: .imported, origin: .local) }
+                for schema in info.tables {
+                    let t = try tx.catalog.table(named: schema.name)
+                    var gone: [RowKey] = []
+                    try tx.snapshot.scanTable(t, in: tx.views.rows) { key, _ in
+                        if !(keep[schema.name]?.contains(Array(key)) ?? false) { gone.append(try t.decodeKey(key)) }
+                        return true
+                    }
+                    for key in gone { try tx.setRowState(schema.name, key: key, nil, kind: .imported, origin: .local) }
+                }
             }
             if restoringProperties {
                 guard let carried = info.storeProperties else {

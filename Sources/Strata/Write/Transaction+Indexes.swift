@@ -66,6 +66,41 @@ extension Transaction {
     }
 }
 
+extension Transaction {
+    /// Runs `body` without checking unique indexes edit by edit, then checks every unique index
+    /// of `tables` once over their rows.
+    ///
+    /// For changes that are whole only together — an import replacing a table's rows, in which
+    /// a value may pass from a row removed later to a row written earlier, or two rows swap
+    /// their values — where a check after each edit would refuse what ends consistent.
+    ///
+    /// - Throws: ``StrataError`` `duplicateKey` naming the index and two rows that hold the same
+    ///   values. The edits of `body` are then written: the caller must roll back the transaction.
+    func deferringUniqueness(of tables: [String], _ body: () throws -> Void) throws {
+        let outer = uniquenessDeferred
+        uniquenessDeferred = true
+        defer { uniquenessDeferred = outer }
+        try body()
+        if outer { return }  // the outermost call checks
+        uniquenessDeferred = false
+        for name in tables {
+            let t = try catalog.table(named: name)
+            for index in t.indexes where index.unique {
+                var seen: [[Value]: RowKey] = [:]
+                try snapshot.scanTable(t, in: views.rows) { k, record in
+                    let values = try IndexKeys.values(index, table: t, target: k, record: record)
+                    guard !values.contains(where: \.isNull) else { return true }
+                    let key = try t.decodeKey(k)
+                    if let other = seen.updateValue(key, forKey: values) {
+                        throw StrataError(.duplicateKey, "index '\(index.name)' of table '\(name)' is unique, and rows \(other) and \(key) both hold \(values.map(\.description).joined(separator: ", "))")
+                    }
+                    return true
+                }
+            }
+        }
+    }
+}
+
 extension Store {
     /// Declares (and builds) a secondary index; see ``Transaction/createIndex(_:on:fields:unique:)``.
     public func createIndex(_ name: String, on table: String, fields: [String], unique: Bool = false) throws(StrataError) {

@@ -47,6 +47,8 @@ public final class Transaction {
 
     /// Whether the commit also checkpoints: writes the overlay into the views in LMDB.
     private var checkpointRequested = false
+    /// Set while ``deferringUniqueness(of:_:)`` runs: edits skip the unique-index check.
+    var uniquenessDeferred = false
 
     init(store: Store, txn: LMDB.WriteTransaction, overlay: OverlayBuffer, catalog: Catalog) throws(StrataError) {
         self.store = store
@@ -553,7 +555,7 @@ public final class Transaction {
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
             let header = try OperationHeader(op)
             let txn = try self.txn
-            try views.apply(operation: op, header: header, lsn: lsn, old: old, table: t, in: txn, scratch: &rowBuf)
+            try views.apply(operation: op, header: header, lsn: lsn, old: old, table: t, in: txn, scratch: &rowBuf, checkingUniqueness: !uniquenessDeferred)
             try lmdb { () throws(LMDBError) in
                 var k = lsn.bigEndian
                 try withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try txn.put(kb, op, in: views.log, flags: .append) }
