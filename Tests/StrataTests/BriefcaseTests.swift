@@ -178,4 +178,76 @@ import Testing
             #expect(try b.read { try $0.rows("points") } == rows)
         }
     }
+
+    /// A one-row briefcase of `tasks` (rows 1…) with each row's flags byte and field marks as
+    /// given, checksummed as Strata does: the checksum is no secret, so the decoder, not the
+    /// checksum, must meet bytes no Strata writes.
+    static func handMade(_ rows: [(flags: UInt8, marks: [String: UInt8])]) throws -> [UInt8] {
+        let info = BriefcaseInfo(dataVersion: nil, properties: [:], tables: [tasksSchema], fieldNames: ["tasks": tasksSchema.fields.map(\.name)], rowCount: rows.count, createdAt: Date(), sourceClientID: "test", storeProperties: nil)
+        var w = ByteWriter()
+        w.append(Array(try BriefcaseFormat.encode(info, []).dropLast(8)))
+        for (i, row) in rows.enumerated() {
+            w.appendVarint(0)
+            w.appendVarint(1)
+            w.appendValue(.int(Int64(i + 1)))
+            w.append(row.flags)
+            let fields: [(String, Value)] = [("done", false), ("priority", 1), ("title", "t")]
+            w.appendVarint(UInt64(fields.count))
+            for (name, value) in fields {
+                w.appendValue(.string(name))
+                w.appendValue(value)
+                w.appendValue(value)
+                w.append(row.marks[name] ?? 0)
+            }
+        }
+        var d = Digest()
+        w.withUnsafeBytes { d.add($0) }
+        w.appendLittleEndian(d.value)
+        return w.bytes
+    }
+
+    /// The states a briefcase row may have are those Strata stores: flags 1 (inserted),
+    /// 2 (deleted) and 4 (conflicted), never inserted and deleted together, and field conflict
+    /// marks only in a conflicted row. Others used to be imported — flags 3 made a hidden row
+    /// that the next changeset uploaded as an insert — and are now refused, naming the row,
+    /// with nothing imported.
+    @Test(arguments: [
+        (3, [:], "both inserted and deleted"),
+        (7, ["title": 1], "both inserted and deleted"),
+        (8, [:], "unknown flags"),
+        (0x81, [:], "unknown flags"),
+        (0, ["title": 1], "not in conflict"),
+        (1, ["done": 1], "not in conflict"),
+    ] as [(UInt8, [String: UInt8], String)])
+    func rowStatesStrataNeverWritesAreRefused(flags: UInt8, marks: [String: UInt8], why: String) throws {
+        try withTemporaryFolder { dir in
+            let b = try Store(path: dir + "/b")
+            try b.createTable(tasksSchema)
+            try b.write { try $0.insert("tasks", ["id": 42, "title": "mine"]) }
+            let before = try contents(b)
+            let file = dir + "/bad.briefcase"
+            // A sound row first: the refusal is of the file, not of the rows before the bad one.
+            try Data(try Self.handMade([(0, [:]), (flags, marks)])).write(to: URL(fileURLWithPath: file))
+            let e = #expect(throws: StrataError.self) { try b.importBriefcase(from: file) }
+            #expect(e?.code == .malformedInput && e?.message.contains(why) == true && e?.message.contains("row 2") == true, "\(String(describing: e))")
+            #expect(try contents(b) == before)
+            #expect(try b.read { try $0.pendingChangeset("tasks").changes() }.map(\.key) == [RowKey(.int(42))])
+        }
+    }
+
+    /// Every state Strata writes still imports, conflict marks in a conflicted row included.
+    @Test func rowStatesStrataWritesImport() throws {
+        try withTemporaryFolder { dir in
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            let file = dir + "/good.briefcase"
+            try Data(try Self.handMade([(0, [:]), (1, [:]), (2, [:]), (4, ["title": 1]), (5, ["done": 1]), (6, [:])])).write(to: URL(fileURLWithPath: file))
+            let b = try Store(path: dir + "/b")
+            try b.importBriefcase(from: file)
+            let rows = try b.read { try $0.rows("tasks", includingDeleted: true) }
+            #expect(rows.map(\.status) == [.unchanged, .inserted, .deleted, .unchanged, .inserted, .deleted])
+            #expect(rows.map(\.isConflicted) == [false, false, false, true, true, true])
+            #expect(rows.prefix(5).map(\.conflictingFields) == [[], [], [], ["title"], ["done"]])
+            #expect(try b.verify().isConsistent)
+        }
+    }
 }

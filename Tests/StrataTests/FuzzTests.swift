@@ -166,6 +166,59 @@ import Testing
         }
     }
 
+    /// A briefcase's checksum is no proof of origin: mutated bodies, checksummed again, are
+    /// imported or refused with a `StrataError`, and a refused one leaves the store as it was.
+    @Test func resealedBriefcasesNeverCrashAndImportWholeOrNothing() throws {
+        var g = SplitMix64(seed: testSeed("resealedBriefcases"))
+        try withTemporaryFolder { dir in
+            let a = try Store(path: dir + "/a")
+            try a.createTable(tasksSchema)
+            try a.createTable(.propertyBag("bag", key: [.string("name")]))
+            try a.write { tx in
+                for i in 1...6 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string("t\(i)"), "notes": i % 2 == 0 ? "n" : nil]) }
+                for i in 1...4 { try tx.acknowledge("tasks", key: .init(.int(Int64(i)))) }
+                try tx.update("tasks", key: 1, ["title": "edited"])
+                try tx.delete("tasks", key: 2)
+                try tx.insert("bag", ["name": "theme", "value": "dark"])
+            }
+            let file = dir + "/good.briefcase"
+            try a.exportBriefcase(to: file)
+            let good = Array(try Data(contentsOf: URL(fileURLWithPath: file)).dropLast(8))
+            // Where the rows start, after the magic, the format byte and the JSON header: most
+            // mutations go there, since a damaged header is refused as a whole.
+            let rowsStart = try withBytes(good) { (b) throws(StrataError) in
+                var r = ByteReader(b, offset: BriefcaseFormat.magic.count + 1)
+                let n = try r.varint()
+                return r.offset + Int(n)
+            }
+            let b = try Store(path: dir + "/b")
+            try b.createTable(tasksSchema)
+            try b.createIndex("byTitle", on: "tasks", fields: ["title"], unique: true)
+            func contents() throws -> [Row] { try b.read { snap in try snap.tables.flatMap { try snap.rows($0.name, includingDeleted: true) } } }
+            var imported = 0
+            var refused = 0
+            for i in 0..<400 {
+                var w = ByteWriter()
+                w.append(g.next() % 4 == 0 ? Self.mutate(good, &g) : Array(good[..<rowsStart]) + Self.mutate(Array(good[rowsStart...]), &g))
+                var d = Digest()
+                w.withUnsafeBytes { d.add($0) }
+                w.appendLittleEndian(d.value)
+                let path = dir + "/bad.briefcase"
+                try Data(w.bytes).write(to: URL(fileURLWithPath: path))
+                let before = try contents()
+                do {
+                    try b.importBriefcase(from: path)
+                    imported += 1
+                } catch {
+                    refused += 1
+                    #expect(try contents() == before, "case \(i) changed the store: \(error)")
+                }
+            }
+            #expect(refused > 100, "\(refused) refused, \(imported) imported")
+            #expect(try b.verify().isConsistent)
+        }
+    }
+
     @Test func mutatedValuesNeverCrash() {
         var g = SplitMix64(seed: testSeed("mutatedValues"))
         let samples: [Value] = [.null, true, 42, -7, 2.5, "text", "ünï\u{0}", .bytes([0, 255, 1]), .timestamp(Date(timeIntervalSince1970: 1e9))]

@@ -104,6 +104,14 @@ enum BriefcaseFormat {
                 var key: [Value] = []
                 for _ in 0..<keyCount { key.append(try r.value()) }
                 let flags = try r.byte()
+                // The checksum is no proof of origin (anyone can recompute it): only the row
+                // states Strata stores are taken. Inserted and deleted together would make a row
+                // hidden like a delete yet uploaded as an insert.
+                func refused(_ why: String) -> StrataError {
+                    damaged("row \(RowKey(key)) of table '\(info.tables[table].name)' \(why)")
+                }
+                guard flags & ~7 == 0 else { throw refused("has unknown flags 0x\(String(flags, radix: 16))") }
+                guard flags & 3 != 3 else { throw refused("is marked both inserted and deleted") }
                 let fieldCount = Int(clamping: try r.varint())
                 guard fieldCount <= r.remaining else { throw damaged("a row of \(fieldCount) fields") }
                 var fields: [String: RowState.Field] = [:]
@@ -112,6 +120,8 @@ enum BriefcaseFormat {
                     let original = try r.value(), current = try r.value()
                     let mark = format >= 2 ? try r.byte() : 0
                     guard mark <= 1 else { throw damaged("a field mark \(mark)") }
+                    // Only a merge marks fields in conflict, and it marks the row too.
+                    guard mark == 0 || flags & 4 != 0 else { throw refused("marks field '\(name)' in conflict but is not in conflict") }
                     fields[name] = RowState.Field(original: original, current: current, isInConflict: mark == 1)
                 }
                 entries.append(Entry(table: table, key: RowKey(key), state: RowState(fields: fields, isInserted: flags & 1 != 0, isDeleted: flags & 2 != 0, isConflicted: flags & 4 != 0)))
