@@ -250,4 +250,24 @@ import Testing
             #expect(try b.verify().isConsistent)
         }
     }
+
+    /// Strata writes each row once; a briefcase naming a row twice (as given, or once converted,
+    /// like 5 and 5.0 for a double key field) is refused instead of the last copy winning.
+    @Test(arguments: [[RowKey(.double(5)), RowKey(.double(5))], [RowKey(.int(5)), RowKey(.double(5))]])
+    func aRowGivenTwiceIsRefused(keys: [RowKey]) throws {
+        try withTemporaryFolder { dir in
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            let schema = TableSchema.fixed("points", primaryKey: ["x"], fields: [.double("x"), .string("label")])
+            let info = BriefcaseInfo(dataVersion: nil, properties: [:], tables: [schema], fieldNames: ["points": ["x", "label"]], rowCount: keys.count, createdAt: Date(), sourceClientID: "test", storeProperties: nil)
+            let file = dir + "/twice.briefcase"
+            let bytes = try BriefcaseFormat.encode(info, keys.enumerated().map { i, key in
+                .init(table: 0, key: key, state: RowState(fields: ["label": .clean(.string("copy \(i)"))]))
+            })
+            try Data(bytes).write(to: URL(fileURLWithPath: file))
+            let b = try Store(path: dir + "/b")
+            let e = #expect(throws: StrataError.self) { try b.importBriefcase(from: file) }
+            #expect(e?.code == .malformedInput && e?.message.contains("twice") == true, "\(String(describing: e))")
+            #expect(try b.tables.isEmpty)
+        }
+    }
 }

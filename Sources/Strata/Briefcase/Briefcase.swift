@@ -225,7 +225,10 @@ extension Store {
                 for e in entries {
                     let table = info.tables[e.table].name
                     try tx.catalog.table(named: table).encodeKey(e.key, into: &k)
-                    keep[table, default: []].insert(k.bytes)
+                    // Strata writes each row once; a second copy would silently replace the first.
+                    guard keep[table, default: []].insert(k.bytes).inserted else {
+                        throw StrataError(.malformedInput, "the briefcase gives row \(e.key) of table '\(table)' twice")
+                    }
                     try tx.setRowState(table, key: e.key, e.state, kind: .imported, origin: .local)
                 }
                 for schema in info.tables {
