@@ -41,6 +41,10 @@ public struct EnvironmentOptions: Sendable {
     package var noLock: Bool = false
     /// The permissions of newly created files.
     package var fileMode: mode_t = 0o644
+    /// Make the lock that map growth takes exclusively writer-preferring on Linux too, as it is
+    /// on Darwin: a growth waiting for it holds back new transactions. For tests, which meet the
+    /// waits of Darwin's lock this way; glibc's default lock prefers readers.
+    package var growthLockPrefersWriters = false
 
     /// The defaults: a 64 MiB map, 32 named databases, 126 readers, full sync, read-write, with locking.
     public init() {}
@@ -107,7 +111,7 @@ public final class Environment: @unchecked Sendable {
     /// The options it was opened with.
     package let options: EnvironmentOptions
 
-    private let resizeLock = ReadWriteLock()
+    private let resizeLock: ReadWriteLock
     /// Set by ``close()``; every later transaction fails with ``LMDBError/ResultCode/closed``.
     private var isClosed = false
     /// Per thread, how many transactions of this environment it holds (to refuse, rather than
@@ -172,6 +176,7 @@ public final class Environment: @unchecked Sendable {
         self.handle = env
         self.path = path
         self.options = options
+        self.resizeLock = ReadWriteLock(preferWriters: options.growthLockPrefersWriters)
         var key = pthread_key_t()
         pthread_key_create(&key, nil)
         self.depthKey = key
@@ -433,38 +438,58 @@ public final class Environment: @unchecked Sendable {
         set { pthread_setspecific(depthKey, UnsafeRawPointer(bitPattern: newValue)) }
     }
 
-    /// Takes the resize lock shared and counts the transaction in this thread's depth
-    /// (bit 0: a write is open; higher bits: number of reads).
+    /// Counts the transaction in this thread's depth (bit 0: a write is open; higher bits:
+    /// number of reads), taking the resize lock shared for the thread's first one only. A
+    /// thread holding a transaction holds the lock already, and taking it again could wait
+    /// behind a growth queued meanwhile (a writer-preferring lock, as Darwin's) — a growth that
+    /// waits for this thread's first transaction to end: a deadlock.
     private func enter(writing: Bool = false) {
-        resizeLock.lockShared()
+        if depth == 0 { resizeLock.lockShared() }
         depth += writing ? 1 : 2
     }
 
+    /// Ends what ``enter(writing:)`` began; the thread's last transaction releases the lock.
     private func leave(writing: Bool = false) {
         depth -= writing ? 1 : 2
-        resizeLock.unlock()
+        if depth == 0 { resizeLock.unlock() }
     }
 
     /// Grows the map before a write when the room left is less than a quarter of the map or
     /// twice the largest write seen, so that a write closure almost never has to run again.
     /// Returns the map size the write starts with and the bytes then in use.
+    ///
+    /// Only when no transaction of this process is alive: growing ahead is a convenience, not
+    /// worth waiting for readers (who may be waiting for this write), nor holding back new
+    /// transactions meanwhile. A write that then runs out of room grows the map on the way to
+    /// its rerun, waiting as it must.
     private func growIfNearlyFull() throws -> (mapSize: Int, used: Int) {
         let i = info()
         let used = (i.me_last_pgno + 1) * pageSize
-        if used + headroom(i.me_mapsize) > i.me_mapsize {
-            try grow(from: i.me_mapsize, toFit: used)
+        if used + headroom(i.me_mapsize) > i.me_mapsize, try grow(from: i.me_mapsize, toFit: used, waiting: false) {
             let j = info()
             return (j.me_mapsize, (j.me_last_pgno + 1) * pageSize)
         }
         return (i.me_mapsize, used)
     }
 
+    /// Whether a map growth is under way, or waiting for the transactions of this process to
+    /// end and (with a lock that prefers writers: ``EnvironmentOptions/growthLockPrefersWriters``,
+    /// or Darwin's) holding back new ones. For tests, to know a growth is queued without
+    /// waiting for it.
+    package var growthIsWaiting: Bool {
+        guard resizeLock.tryLockShared() else { return true }
+        resizeLock.unlock()
+        return false
+    }
+
     private func headroom(_ mapSize: Int) -> Int { max(mapSize / 4, 2 * largestWrite.load(ordering: .relaxed)) }
 
     /// Doubles the map until `used` plus the headroom fits, unless another writer already grew
-    /// it past `size`.
-    private func grow(from size: Int, toFit used: Int = 0) throws {
-        try exclusively {
+    /// it past `size`. Without `waiting`, does nothing (and returns false) when a transaction
+    /// of this process is alive.
+    @discardableResult
+    private func grow(from size: Int, toFit used: Int = 0, waiting: Bool = true) throws -> Bool {
+        try exclusively(waiting: waiting) {
             let current = info(locked: true).me_mapsize
             guard current <= size else { return }
             var new = current * 2
@@ -483,14 +508,23 @@ public final class Environment: @unchecked Sendable {
         }
     }
 
-    private func exclusively(_ body: () throws -> Void) throws {
+    /// Runs `body` holding the resize lock exclusively. Without `waiting`, returns false at
+    /// once, `body` not run, when the lock is held (or this thread holds a transaction).
+    @discardableResult
+    private func exclusively(waiting: Bool = true, _ body: () throws -> Void) throws -> Bool {
         guard depth == 0 else {
+            if !waiting { return false }
             // Waiting for the exclusive lock would wait for ourselves.
             throw LMDBError(code: MDB_MAP_FULL, operation: "map resize while this thread holds a transaction of the same store")
         }
-        resizeLock.lockExclusive()
+        if waiting {
+            resizeLock.lockExclusive()
+        } else if !resizeLock.tryLockExclusive() {
+            return false
+        }
         defer { resizeLock.unlock() }
         guard !isClosed else { throw LMDBError(.closed, operation: "mdb_env_set_mapsize") }
         try body()
+        return true
     }
 }

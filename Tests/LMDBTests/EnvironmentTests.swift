@@ -119,6 +119,64 @@ private func be(_ i: UInt64) -> [UInt8] { withUnsafeBytes(of: i.bigEndian) { Arr
         }
     }
 
+    /// A read nested in a read on one thread, while another thread's write waits to grow the
+    /// map. The growth waits for the outer read to end; with a lock that prefers writers (as
+    /// Darwin's does) a nested read that took the lock again would queue behind the growth and
+    /// never start: a deadlock (this test then hangs). The nested read is part of the outer
+    /// one's hold, so it starts, and the write completes once the outer read ends.
+    ///
+    /// Linux only: the test learns that the growth is queued from glibc's writer-preferring
+    /// lock refusing a new reader, which is the behaviour asked for there.
+    #if canImport(Glibc)
+    @Test func aNestedReadDoesNotWaitForAQueuedGrowth() throws {
+        var options = EnvironmentOptions()
+        options.mapSize = 64 * 1024
+        options.growthLockPrefersWriters = true
+        try withEnvironment(options) { env in
+            let db = try env.openDatabase("blobs")
+            try env.write { try $0.put(be(1), [1], in: db) }
+            let writer = Writer(env, db, key: 2, bytes: 1 << 20)
+            try env.read { outer in
+                writer.start()
+                // The write, far larger than the map, runs out of room and waits to grow it.
+                while !env.growthIsWaiting { sched_yield() }
+                let inner = try env.read { try $0.get(be(1), in: db).map(Array.init) }
+                #expect(inner == [1])
+                #expect(try outer.get(be(2), in: db) == nil)
+            }
+            try writer.finish()
+            #expect(try env.read { try $0.get(be(2), in: db)?.count } == 1 << 20)
+            #expect(env.mapSize > 1 << 20)
+        }
+    }
+    #endif
+
+    /// Growing the map ahead of a write is a convenience: a write that fits does not wait for
+    /// other threads' reads to end so that the map can grow first (before, it waited for them
+    /// — here, for a read that waits for the write: a deadlock, and this test hangs). The map
+    /// grows at a later write that finds no reader.
+    @Test func aWriteThatFitsDoesNotWaitForReadersToGrowTheMapAhead() throws {
+        var options = EnvironmentOptions()
+        options.mapSize = 1 << 20
+        try withEnvironment(options) { env in
+            let db = try env.openDatabase("blobs")
+            // 600 KB in one write: the largest write seen asks for twice that much room ahead.
+            try env.write { txn in
+                for i in UInt64(0)..<150 { try txn.put(be(1000 + i), [UInt8](repeating: 7, count: 4000), in: db) }
+            }
+            #expect(env.mapSize == 1 << 20)
+            try env.read { _ in
+                let writer = Writer(env, db, key: 2, bytes: 8)
+                writer.start()
+                try writer.finish()
+            }
+            #expect(env.mapSize == 1 << 20, "grown while a reader held the map")
+            try env.write { try $0.put(be(3), [3], in: db) }
+            #expect(env.mapSize > 1 << 20)
+            #expect(try env.read { try $0.stats(db).entries } == 152)
+        }
+    }
+
     @Test func compactCopyHoldsTheSameData() throws {
         try withEnvironment { env in
             let db = try env.openDatabase("items")
@@ -170,5 +228,37 @@ private func be(_ i: UInt64) -> [UInt8] { withUnsafeBytes(of: i.bigEndian) { Arr
         }
         #expect(LMDBError.ResultCode(rawValue: 12_345).description == "code 12345")
         #expect(LMDBError(.diskFull, operation: "mdb_put").code == ENOSPC)
+    }
+}
+
+/// A write of `bytes` bytes under `key`, run on a thread of its own; `finish()` waits for it and
+/// rethrows its error.
+private final class Writer: @unchecked Sendable {
+    // @unchecked: `result` is written by the thread before it signals `done`, and read only
+    // after `done` was waited for.
+    private let env: Environment
+    private let db: Database
+    private let key: UInt64
+    private let bytes: Int
+    private let done = DispatchSemaphore(value: 0)
+    private var result: Result<Void, any Error> = .success(())
+
+    init(_ env: Environment, _ db: Database, key: UInt64, bytes: Int) {
+        self.env = env
+        self.db = db
+        self.key = key
+        self.bytes = bytes
+    }
+
+    func start() {
+        Thread {
+            self.result = Result { try self.env.write { try $0.put(be(self.key), [UInt8](repeating: 9, count: self.bytes), in: self.db) } }
+            self.done.signal()
+        }.start()
+    }
+
+    func finish() throws {
+        done.wait()
+        try result.get()
     }
 }
