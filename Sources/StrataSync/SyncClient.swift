@@ -387,12 +387,7 @@ public final class SyncClient: Sendable {
         return try strataErrors {
             try store.write { tx in
                 var report = MergeReport()
-                if try tx.property(Self.inFlightProperty) != nil {
-                    try tx.setProperty(Self.inFlightProperty, nil)
-                    try tx.setProperty(Self.batchStateProperty, nil)
-                    try tx.setProperty(Self.frozenAtProperty, nil)
-                    try tx.unpinLog(Self.batchPin)
-                }
+                try Self.dropInFlight(tx)
                 for table in snapshot.tables {
                     let schema = try tx.snapshot.schema(table.table)
                     var server: [RowKey: [String: Value]] = [:]

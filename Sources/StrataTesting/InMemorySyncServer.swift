@@ -7,7 +7,9 @@ import Synchronization
 /// serves deltas since an anchor, and applies batches with optimistic concurrency (an update or
 /// delete must name the values the server holds, and a delete every non-null one; an insert
 /// needs a free key). It answers a batch
-/// id it has seen before with the same acknowledgement, so a retried upload is never applied twice.
+/// id it has seen before with the same acknowledgement, so a retried upload is never applied twice;
+/// the same id with other changes is refused with `BatchRefused` (`idReused`), as `strata-server`
+/// refuses it.
 ///
 /// It can also ask for a client reset, as a real server does: ``forget(client:)`` forgets a
 /// client (reached through ``client(_:)``), and ``expireChanges(through:)`` drops old changes so
@@ -24,7 +26,9 @@ public final class InMemorySyncServer: SyncTransport {
         var fieldNames: [String: Set<String>] = [:]
         var log: [(version: Int, table: String, key: RowKey)] = []
         var version = 0
-        var acks: [String: BatchAck] = [:]
+        /// Every batch applied, by id: its client, its number, its payload as `WireFormat`
+        /// encodes it (equal batches are equal bytes) and its acknowledgement.
+        var batches: [String: (clientID: String, number: UInt64, payload: Data, ack: BatchAck)] = [:]
         var applied: [String] = []
         /// Changes up to this version were dropped: an anchor before it cannot be served.
         var expiredThrough = 0
@@ -164,9 +168,22 @@ public final class InMemorySyncServer: SyncTransport {
         return full
     }
 
+    /// Applies a batch and returns its acknowledgement; a batch id seen before gets the same
+    /// acknowledgement and is not applied again.
+    ///
+    /// - Throws: `BatchRefused` (`idReused`, with this client's highest batch number) when the
+    ///   id was seen before with other changes: answering with that batch's acknowledgement would
+    ///   settle rows this server never saw.
     public func push(_ batch: Batch) async throws -> BatchAck {
-        state.withLock { s in
-            if let ack = s.acks[batch.id] { return ack }
+        let payload = try WireFormat.encode(batch)
+        return try state.withLock { s in
+            if let stored = s.batches[batch.id] {
+                guard stored.payload == payload else {
+                    let highest = s.batches.values.filter { $0.clientID == batch.clientID }.map(\.number).max()
+                    throw BatchRefused(.idReused, message: "batch \(batch.id) was applied before with other changes", highestBatchNumber: highest)
+                }
+                return stored.ack
+            }
             var results: [RowResult] = []
             var rekeyed: [String: [Value: Value]] = [:]   // parent table → client key → server key
             for sent in batch.changes {
@@ -184,7 +201,7 @@ public final class InMemorySyncServer: SyncTransport {
                 }
             }
             let ack = BatchAck(batchID: batch.id, results: results)
-            s.acks[batch.id] = ack
+            s.batches[batch.id] = (batch.clientID, batch.number, payload, ack)
             s.applied.append(batch.id)
             return ack
         }

@@ -170,6 +170,41 @@ extension SyncClient {
         }
     }
 
+    // MARK: Refusals
+
+    /// What ``settle(_:of:)`` made of a batch the server refused as a whole.
+    enum Settlement {
+        /// The batch was dropped; its rows, still pending, are frozen again by the next
+        /// `nextBatch`.
+        case refreeze
+    }
+
+    /// Settles a refusal of the batch in flight that sending it again cannot fix, so that the
+    /// sync goes on: `idReused` drops the batch and moves the batch counter past the server's
+    /// highest number for this client, so that its rows go up again under an id the server
+    /// has not seen.
+    ///
+    /// - Throws: the refusal itself when it cannot be settled (`idReused` without the server's
+    ///   highest number); `invalidOperation` when `batch` is not the batch in flight.
+    func settle(_ refused: BatchRefused, of batch: Batch) throws -> Settlement {
+        switch refused.reason {
+        case .idReused:
+            guard let highest = refused.highestBatchNumber else { throw refused }
+            try store.write { tx in
+                guard try Self.inFlight(tx)?.id == batch.id else {
+                    throw StrataError(.invalidOperation, "batch \(batch.id) is not the batch in flight")
+                }
+                guard highest < UInt64(Int64.max) else {
+                    throw StrataError(.invalidOperation, "the server's highest batch number for this client, \(highest), leaves no number to continue from")
+                }
+                let last = try tx.property(Self.batchNumberProperty)?.intValue ?? 0
+                try Self.dropInFlight(tx)
+                try tx.setProperty(Self.batchNumberProperty, .int(max(last, Int64(highest))))
+            }
+            return .refreeze
+        }
+    }
+
     // MARK: Acknowledgements
 
     /// Applies the server's answer to the batch in flight, row by row, in one transaction, and
@@ -400,6 +435,16 @@ extension SyncClient {
     }
 
     static func rowID(_ table: String, _ key: RowKey) -> RowID { RowID(table: table, key: key) }
+
+    /// Forgets the batch in flight without acknowledging it: its rows stay pending (only an
+    /// acknowledgement settles them), and the batch counter stays where it is.
+    static func dropInFlight(_ tx: Transaction) throws {
+        guard try tx.property(inFlightProperty) != nil else { return }
+        try tx.setProperty(inFlightProperty, nil)
+        try tx.setProperty(batchStateProperty, nil)
+        try tx.setProperty(frozenAtProperty, nil)
+        try tx.unpinLog(batchPin)
+    }
 
     static func inFlight(_ tx: Transaction) throws -> Batch? {
         guard let b = try tx.property(inFlightProperty)?.bytesValue else { return nil }

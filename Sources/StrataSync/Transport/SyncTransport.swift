@@ -41,6 +41,41 @@ public struct ResetRequired: Error, Sendable, Hashable, CustomStringConvertible 
     }
 }
 
+/// Thrown by a ``SyncTransport``'s ``SyncTransport/push(_:)`` when the server refuses a batch as
+/// a whole, for a reason that sending the same batch again cannot fix.
+///
+/// `sync(with:)` does not retry it; it settles it (see ``Reason``) and goes on with the sync.
+public struct BatchRefused: Error, Sendable, Hashable, CustomStringConvertible {
+    /// Why the server refused the batch.
+    public enum Reason: String, Sendable, Codable, Hashable {
+        /// The server holds another batch, with other changes, under this batch's id: the
+        /// client's batch counter went back (a store restored from a backup, or a briefcase
+        /// imported with its properties). Answering with the stored batch's acknowledgement
+        /// would settle rows the server never saw. `sync(with:)` moves the counter past
+        /// ``BatchRefused/highestBatchNumber`` and freezes the rows again under a new id.
+        case idReused
+    }
+
+    /// Why the server refused the batch.
+    public var reason: Reason
+    /// The server's own words, for logs and for the rows it sets aside.
+    public var message: String
+    /// With ``Reason/idReused``: the highest batch number the server holds for this client, if
+    /// it says. Without it the client cannot know which id is free, and `sync(with:)` throws.
+    public var highestBatchNumber: UInt64?
+
+    /// A refusal for `reason`, with the server's message.
+    public init(_ reason: Reason, message: String = "", highestBatchNumber: UInt64? = nil) {
+        self.reason = reason
+        self.message = message
+        self.highestBatchNumber = highestBatchNumber
+    }
+
+    public var description: String {
+        "the server refused the batch (\(reason.rawValue))" + (message.isEmpty ? "" : ": \(message)")
+    }
+}
+
 /// Where a sync stands, for a progress bar.
 public struct SyncProgress: Sendable, Hashable {
     /// A step of a sync round.
@@ -133,6 +168,12 @@ extension SyncClient {
     /// rows stay pending), reports it in ``SyncReport/reset``, and goes on to upload. With
     /// ``ClientResetPolicy/fail`` the error is thrown instead and nothing is changed.
     ///
+    /// **Refused batches.** When the transport throws ``BatchRefused``, sending the batch again
+    /// cannot help, so it is not retried: for ``BatchRefused/Reason/idReused`` (the server holds
+    /// another batch under this id) the batch is dropped, the batch counter moves past the
+    /// server's highest number for this client, and the rows, still pending, go up again under a
+    /// new id.
+    ///
     /// - Parameters:
     ///   - transport: the server connection: ``SyncTransport/pull(since:)`` and ``SyncTransport/push(_:)``.
     ///   - maxAttempts: how many times a failing transport call is tried before its error is thrown.
@@ -143,7 +184,8 @@ extension SyncClient {
     ///   - onReset: what to do with unsynced local edits when the server asks for a client reset.
     ///   - progress: called as each phase advances (per phase and table: total, processed, remaining).
     /// - Throws: the transport's error after `maxAttempts`; ``ResetRequired`` with `.fail`, or
-    ///   when the server asks again right after a reset; `StrataError` from merging or batching;
+    ///   when the server asks again right after a reset; ``BatchRefused`` for a reused id when
+    ///   the server does not say its highest batch number, or refuses three new ids in a row; `StrataError` from merging or batching;
     ///   `StrataError` `invalidOperation`, before anything is pulled, when `maxBatchRows` or
     ///   `maxBatchBytes` is below 1.
     public func sync(
@@ -159,8 +201,9 @@ extension SyncClient {
                 do {
                     return try await body()
                 } catch {
-                    // Asking again does not make the server remember this client.
-                    guard n < maxAttempts, !(error is ResetRequired) else {
+                    // Asking again does not make the server remember this client, nor take a
+                    // batch it refused.
+                    guard n < maxAttempts, !(error is ResetRequired), !(error is BatchRefused) else {
                         progress?(SyncProgress(phase: phase, status: .error))
                         throw error
                     }
@@ -187,10 +230,29 @@ extension SyncClient {
             }
         }
 
+        var renumbered = 0
+        // Sends a batch and returns the server's answer; nil when the batch was dropped instead
+        // (by a reset, or by a refusal whose rows are frozen again: see `settle`).
+        func upload(_ batch: Batch) async throws -> BatchAck? {
+            do {
+                return try await resettingIfAsked { try await attempt(.push) { try await transport.push(batch) } }
+            } catch let refused as BatchRefused {
+                // Moving past the server's highest number settles a reused id at once; a server
+                // that keeps refusing the new ids would otherwise hold the sync in this loop.
+                if refused.reason == .idReused {
+                    renumbered += 1
+                    guard renumbered <= 3 else { throw refused }
+                }
+                switch try settle(refused, of: batch) {
+                case .refreeze: return nil
+                }
+            }
+        }
+
         // A batch still in flight (its response was lost last time) goes first, so that the
         // pull sees the server with it applied.
         if let (batch, _) = try inFlightBatch() {
-            if let ack = try await resettingIfAsked({ try await attempt(.push) { try await transport.push(batch) } }) {
+            if let ack = try await upload(batch) {
                 report.acks.append(try acknowledge(ack))
                 report.batches += 1
             }
@@ -216,9 +278,9 @@ extension SyncClient {
         progress?(SyncProgress(phase: .push, status: .inProgress, total: total, processed: processed))
         while let batch = try nextBatch(maxRows: maxBatchRows, maxBytes: maxBatchBytes, excluding: skip) {
             try markSent(batch)
-            // A reset asked for during the upload: the batch is dropped by the reset and its rows,
-            // still pending, go up in the batches that follow.
-            guard let ack = try await resettingIfAsked({ try await attempt(.push) { try await transport.push(batch) } }) else { continue }
+            // A reset asked for during the upload, or a refusal that freezes the rows again: the
+            // batch is dropped and its rows, still pending, go up in the batches that follow.
+            guard let ack = try await upload(batch) else { continue }
             let applied = try acknowledge(ack)
             report.batches += 1
             report.acks.append(applied)

@@ -1,0 +1,78 @@
+import Foundation
+import Strata
+import StrataSync
+import StrataTesting
+import Testing
+
+/// Batches the server refuses as a whole (`BatchRefused`): a reused batch id never gets another
+/// batch's acknowledgement, and `sync` settles each refusal instead of failing for ever.
+@Suite struct RefusedBatchTests {
+    static func update(_ id: Int64, _ title: String, from old: String) -> RowChange {
+        RowChange(table: "tasks", key: RowKey(.int(id)), kind: .update, values: ["title": .string(title)], originals: ["title": .string(old)])
+    }
+
+    @Test func theInMemoryServerAnswersAReusedIdOnlyForTheSameChanges() async throws {
+        let server = InMemorySyncServer()
+        server.write("tasks", key: 1, ["title": "a"])
+        let first = Batch(id: "c-7", clientID: "c", number: 7, changes: [Self.update(1, "b", from: "a")])
+        let ack = try await server.push(first)
+        #expect(ack.results.map(\.status) == [.ok])
+        _ = try await server.push(Batch(id: "other-9", clientID: "other", number: 9, changes: []))
+        // The same batch again: the stored answer, nothing applied twice.
+        #expect(try await server.push(first) == ack)
+        #expect(server.appliedBatches == ["c-7", "other-9"])
+        // The same id with other changes: refused, with this client's highest number.
+        let reused = Batch(id: "c-7", clientID: "c", number: 7, changes: [Self.update(1, "c", from: "b")])
+        await #expect(throws: BatchRefused(.idReused, message: "batch c-7 was applied before with other changes", highestBatchNumber: 7)) {
+            try await server.push(reused)
+        }
+        #expect(server.rows("tasks")[1]?["title"] == "b")
+    }
+
+    /// The store goes back to a briefcase exported after batch 1: its batch counter goes back
+    /// with it, and the next batch is numbered 2 again, with other changes than the batch 2 the
+    /// server applied. Before, the server answered with that batch's `ok`, and the client marked
+    /// its new title as confirmed while the server kept the old one.
+    @Test func aStoreWhoseBatchCounterWentBackDoesNotTakeAnotherBatchsAck() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store, policy: .clientWins)
+            try await store.write { try $0.insert("tasks", ["id": 1, "title": "zero"]) }
+            _ = try await sync.sync(with: server)
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("bc-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: file) }
+            try store.exportBriefcase(to: file)
+            try await store.write { try $0.update("tasks", key: 1, ["title": "first"]) }
+            _ = try await sync.sync(with: server)
+            #expect(server.appliedBatches == ["\(store.clientID)-1", "\(store.clientID)-2"])
+
+            try store.importBriefcase(from: file, restoringProperties: true)
+            try await store.write { try $0.update("tasks", key: 1, ["title": "second"]) }
+            let report = try await sync.sync(with: server)
+            #expect(server.rows("tasks")[1]?["title"] == "second", "the edit reached the server")
+            #expect(server.appliedBatches == ["\(store.clientID)-1", "\(store.clientID)-2", "\(store.clientID)-3"])
+            #expect(report.acks.map(\.acknowledged) == [1])
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+            #expect(try await store.read { try $0.row("tasks", key: 1)?["title"] } == "second")
+            // The counter stays past the server's: the next batch is 4.
+            try await store.write { try $0.update("tasks", key: 1, ["title": "third"]) }
+            #expect(try sync.nextBatch()?.id == "\(store.clientID)-4")
+        }
+    }
+
+    /// A server that refuses a reused id without saying its highest number: the client cannot
+    /// know a free id, so `sync` throws the refusal and keeps the batch in flight.
+    @Test func aReusedIdWithoutTheServersHighestNumberFailsLoudly() async throws {
+        struct Refusing: SyncTransport {
+            func pull(since anchor: String?) async throws -> ServerDelta { ServerDelta(since: anchor, anchor: "0", tables: []) }
+            func push(_ batch: Batch) async throws -> BatchAck { throw BatchRefused(.idReused, message: "seen before") }
+        }
+        try await withStoreAsync { store in
+            try await store.write { try $0.insert("tasks", ["id": 1, "title": "t"]) }
+            let sync = SyncClient(store: store)
+            await #expect(throws: BatchRefused(.idReused, message: "seen before")) { try await sync.sync(with: Refusing()) }
+            #expect(try sync.inFlightBatch()?.batch.id == "\(store.clientID)-1")
+            #expect(try await store.read { try $0.pendingRows() }.count == 1)
+        }
+    }
+}
