@@ -6,12 +6,16 @@ import StrataSync
 
 extension Database {
     /// Applies a batch pushed by `clientID` and returns its acknowledgement; a batch id seen
-    /// before gets its stored acknowledgement and is not applied again.
+    /// before with the same payload gets its stored acknowledgement and is not applied again.
+    /// The same id with another payload is refused (409, with the client's highest batch
+    /// number): its client's batch counter went back, and the stored acknowledgement would
+    /// settle rows the server never saw.
     ///
     /// One PostgreSQL transaction holds the whole batch and its acknowledgement:
-    /// 1. claim the batch id (`INSERT … ON CONFLICT DO NOTHING`): a second transaction carrying
-    ///    the same id waits on the first one's uncommitted row, then finds it taken and answers
-    ///    with the stored acknowledgement, so a batch is never applied twice, even concurrently;
+    /// 1. claim the batch id (`INSERT … ON CONFLICT DO NOTHING`), with the SHA-256 of the payload:
+    ///    a second transaction carrying the same id waits on the first one's uncommitted row, then
+    ///    finds it taken and answers with the stored acknowledgement, so a batch is never applied
+    ///    twice, even concurrently;
     /// 2. lock the rows the batch names (`FOR UPDATE`) and decide every change in memory, field by
     ///    field against the server's values;
     /// 3. take the version lock, write the rows with versions from the sequence, store the ack,
@@ -19,11 +23,16 @@ extension Database {
     ///    commit in order, so a pull that sees version v has seen every version below it.
     func apply(_ batch: Batch) async throws -> BatchAck {
         let changes = try normalize(batch)
+        // The payload as the wire format writes it (sorted keys: equal batches, equal bytes),
+        // whatever bytes the client sent; its digest is what a repeat of the id is matched on.
+        let payload = String(decoding: try WireFormat.encode(batch), as: UTF8.self)
+        let digest = try await client.query("SELECT encode(sha256(convert_to(\(payload), 'UTF8')), 'hex')", logger: logger)
+            .collect()[0].decode(String.self)
         // A deadlock (two batches locking the same rows in another order) or a serialization
         // failure rolls back the whole transaction; it is safe to run it again.
         for attempt in 1... {
             do {
-                return try await applyOnce(batch, changes)
+                return try await applyOnce(batch, digest, changes)
             } catch let e as PSQLError where attempt < 5 && ["40P01", "40001"].contains(e.serverInfo?[.sqlState] ?? "") {
                 logger.info("batch \(batch.id): retrying after \(e.serverInfo?[.sqlState] ?? "")")
             }
@@ -72,19 +81,50 @@ extension Database {
         var exists: Bool
     }
 
-    private func applyOnce(_ batch: Batch, _ changes: [RowChange]) async throws -> BatchAck {
+    /// The stored acknowledgement of `batch`'s id, if a batch with that id was applied, and
+    /// only if it carried the same payload (`digest`).
+    ///
+    /// - Throws: a 409 (`batchIDReused`, with `highestBatchNumber`: the highest number stored for
+    ///   the client) when the stored batch carried another payload.
+    private func storedAnswer(_ batch: Batch, digest: String, on c: PostgresConnection) async throws -> BatchAck? {
+        let stored = try await c.query("SELECT ack, digest FROM strata_batches WHERE id = \(batch.id)", logger: logger).collect()
+        guard let row = stored.first else { return nil }
+        let (text, storedDigest) = try row.decode((String?, String?).self)
+        guard let text else { throw ServerError("batch \(batch.id) has no stored acknowledgement") }
+        let ack = try WireFormat.decode(BatchAck.self, from: Data(text.utf8))
+        // A batch stored before digests were kept (schema 2) can only be matched on the rows its
+        // acknowledgement answers, in order.
+        let same = storedDigest.map { $0 == digest }
+            ?? (ack.results.map { [$0.table, Self.keyText($0.key)] } == batch.changes.map { [$0.table, Self.keyText($0.key)] })
+        guard same else {
+            // Batch ids are `<clientID>-<number>` (checked before any is stored).
+            let highest = try await c.query("""
+                SELECT max(substr(id, char_length(client_id) + 2)::numeric)::text FROM strata_batches WHERE client_id = \(batch.clientID)
+                """, logger: logger).collect().first?.decode(String?.self).flatMap { UInt64($0) }
+            var refusal = RequestError(409, "batchIDReused", """
+                batch \(batch.id) was applied before with other changes: this client's batch counter went back \
+                (a restored backup?); send the changes under a number above \(highest.map(String.init) ?? "the highest used")
+                """)
+            refusal.highestBatchNumber = highest
+            throw refusal
+        }
+        return ack
+    }
+
+    private func applyOnce(_ batch: Batch, _ digest: String, _ changes: [RowChange]) async throws -> BatchAck {
         try await client.withConnection { c in
             try await c.query("BEGIN", logger: logger)
             do {
                 let claimed = try await c.query("""
-                    INSERT INTO strata_batches (id, client_id) VALUES (\(batch.id), \(batch.clientID))
+                    INSERT INTO strata_batches (id, client_id, digest) VALUES (\(batch.id), \(batch.clientID), \(digest))
                     ON CONFLICT (id) DO NOTHING RETURNING id
                     """, logger: logger).collect()
                 if claimed.isEmpty {
                     try await c.query("ROLLBACK", logger: logger)
-                    let stored = try await c.query("SELECT ack FROM strata_batches WHERE id = \(batch.id)", logger: logger).collect()
-                    guard let text = try stored.first?.decode(String?.self) else { throw ServerError("batch \(batch.id) has no stored acknowledgement") }
-                    return try WireFormat.decode(BatchAck.self, from: Data(text.utf8))
+                    guard let ack = try await storedAnswer(batch, digest: digest, on: c) else {
+                        throw ServerError("batch \(batch.id) has no stored acknowledgement")
+                    }
+                    return ack
                 }
                 let ack = try await decideAndWrite(batch, changes, on: c)
                 try await c.query("COMMIT", logger: logger)

@@ -11,7 +11,8 @@ import StrataSync
 /// - `strata_rows`: one row per (table, key) with its fields (wire-format JSON), a tombstone flag
 ///   and the version of its last change, drawn from the one sequence `strata_version`.
 /// - `strata_batches`: the acknowledgement of every batch id applied, written in the batch's own
-///   transaction, and the order the batches committed in (`seq`).
+///   transaction, the SHA-256 of its payload (`digest`), and the order the batches committed in
+///   (`seq`).
 /// - `strata_tokens`: SHA-256 of each bearer token and the client id it stands for.
 /// - `strata_meta`: the schema version, the tables file last started with, and the horizon (the
 ///   oldest anchor still served after tombstones were pruned).
@@ -20,7 +21,7 @@ struct Database: Sendable {
     let tables: TableConfig
     let logger: Logger
 
-    static let schemaVersion = 2
+    static let schemaVersion = 3
     /// The advisory lock under which versions are drawn and committed (see `apply`).
     static let versionLock: Int64 = 0x5354_5241_5441
     static let migrationLock: Int64 = 0x5354_5241_5442
@@ -69,6 +70,11 @@ struct Database: Sendable {
                     "CREATE SEQUENCE IF NOT EXISTS strata_batch_order",
                     "ALTER TABLE strata_batches ADD COLUMN IF NOT EXISTS seq bigint",
                     "INSERT INTO strata_meta VALUES ('horizon', '0') ON CONFLICT DO NOTHING",
+                    // Schema 2 → 3: the SHA-256 of each batch's payload, so that an id that comes
+                    // back with other changes is refused (a batch stored before has none), and the
+                    // index that finds a client's highest batch number for that refusal.
+                    "ALTER TABLE strata_batches ADD COLUMN IF NOT EXISTS digest text",
+                    "CREATE INDEX IF NOT EXISTS strata_batches_client ON strata_batches (client_id)",
                 ] {
                     try await c.query(sql, logger: logger)
                 }

@@ -8,7 +8,8 @@ import Strata
 import StrataSync
 
 /// The HTTP side: every handler answers JSON, and every refusal is a 4xx with
-/// `{"error": <code>, "message": <what was wrong>}` that changes nothing.
+/// `{"error": <code>, "message": <what was wrong>}` that changes nothing (a 409 `batchIDReused`
+/// adds `highestBatchNumber`).
 ///
 /// - `GET /v1/health`: 200 when PostgreSQL answers, else 503.
 /// - `GET /v1/changes?since=<anchor>&limit=<n>[&until=<v>]`: a page of changes as a
@@ -105,7 +106,7 @@ struct Routes: Sendable {
         do {
             return try await body()
         } catch let e as RequestError {
-            return failure(e.status, e.code, e.message)
+            return failure(e.status, e.code, e.message, highestBatchNumber: e.highestBatchNumber)
         } catch let e as PSQLError {
             db.logger.error("PostgreSQL: \(String(reflecting: e))")
             return failure(503, "unavailable", "the database is unavailable (\(e.code)); try again")
@@ -115,8 +116,15 @@ struct Routes: Sendable {
         }
     }
 
-    private func failure(_ status: Int, _ code: String, _ message: String) -> Response {
-        let body = try? JSONSerialization.data(withJSONObject: ["error": code, "message": message], options: [.sortedKeys])
+    /// An error body: `{"error": <code>, "message": <text>}`, and `highestBatchNumber` when given.
+    private struct Failure: Encodable {
+        var error: String
+        var message: String
+        var highestBatchNumber: UInt64?
+    }
+
+    private func failure(_ status: Int, _ code: String, _ message: String, highestBatchNumber: UInt64? = nil) -> Response {
+        let body = try? WireFormat.encoder.encode(Failure(error: code, message: message, highestBatchNumber: highestBatchNumber))
         return json(status, body ?? Data())
     }
 }

@@ -80,6 +80,8 @@ struct RequestError: Error {
     var status: Int
     var code: String
     var message: String
+    /// With a 409 `batchIDReused`: the highest batch number stored for the client.
+    var highestBatchNumber: UInt64?
     init(_ status: Int, _ code: String, _ message: String) {
         self.status = status
         self.code = code

@@ -113,6 +113,68 @@ struct ProtocolTests {
         #expect(try await transport.push(batch) == acks[0])
     }
 
+    @Test func aReusedBatchIdIsAnsweredOnlyForTheSameChanges() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
+        let token = try db.token(for: "alice")
+        let alice = HTTPSyncTransport(server: server.url, token: token)
+        let first = Self.batch("alice", 1, [Self.insert(1, "one")])
+        let ack = try await alice.push(first)
+        _ = try await alice.push(Self.batch("alice", 3, [Self.insert(3, "three")]))
+        _ = try await HTTPSyncTransport(server: server.url, token: try db.token(for: "bob")).push(Self.batch("bob", 9, [Self.insert(9, "nine")]))
+        #expect(try await alice.push(first) == ack, "the same batch again: the stored answer")
+        let before = try db.state()
+        // Other rows under a used id, and the same row with another value: both refused, with
+        // alice's highest batch number, and nothing changes.
+        for reused in [Self.batch("alice", 1, [Self.insert(2, "two")]), Self.batch("alice", 1, [Self.insert(1, "uno")])] {
+            let r = try await request("POST", server.url.appendingPathComponent("v1/batches"), token: token, body: try WireFormat.encode(reused))
+            #expect(r.status == 409 && r.body.contains(#""error":"batchIDReused""#) && r.body.contains(#""highestBatchNumber":3"#), "\(r.status) \(r.body)")
+            await #expect { try await alice.push(reused) } throws: {
+                ($0 as? BatchRefused)?.reason == .idReused && ($0 as? BatchRefused)?.highestBatchNumber == 3
+            }
+            #expect(try db.state() == before)
+        }
+        // A batch stored before digests were kept (schema 2) is matched on the rows it answered:
+        // other rows are refused; the same rows with other values cannot be told apart.
+        try db.sql("UPDATE strata_batches SET digest = NULL")
+        #expect(try await alice.push(first) == ack)
+        #expect(try await alice.push(Self.batch("alice", 1, [Self.insert(1, "uno")])) == ack)
+        await #expect { try await alice.push(Self.batch("alice", 1, [Self.insert(2, "two")])) } throws: {
+            ($0 as? BatchRefused)?.highestBatchNumber == 3
+        }
+    }
+
+    /// A store goes back to a briefcase exported after its first batch, batch counter included,
+    /// and numbers its next batch 2 again, with other changes than the batch 2 the server
+    /// applied: the server refuses the id, and the client sends the edit again as batch 3.
+    @Test func aStoreWhoseBatchCounterWentBackSendsItsEditUnderANewId() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
+        let (store, path) = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let token = try db.token(for: store.clientID)
+        let transport = HTTPSyncTransport(server: server.url, token: token)
+        let sync = SyncClient(store: store, policy: .clientWins)
+        try await store.write { try $0.insert("tasks", ["id": 1, "title": "zero"]) }
+        _ = try await sync.sync(with: transport)
+        let file = path + ".briefcase"
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        try store.exportBriefcase(to: file)
+        try await store.write { try $0.update("tasks", key: 1, ["title": "first"]) }
+        _ = try await sync.sync(with: transport)
+
+        try store.importBriefcase(from: file, restoringProperties: true)
+        try await store.write { try $0.update("tasks", key: 1, ["title": "second"]) }
+        _ = try await sync.sync(with: transport)
+        #expect(try await serverRows(server.url, token: token) == (try storeRows(store)))
+        #expect(try await store.read { try $0.row("tasks", key: 1)?["title"] } == "second")
+        #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+        let ids = try db.sql("SELECT id FROM strata_batches ORDER BY seq").split(separator: "\n").map(String.init)
+        #expect(ids == (1...3).map { "\(store.clientID)-\($0)" })
+    }
+
     @Test func concurrencyIsCheckedPerField() async throws {
         let db = try TestDatabase()
         let server = try ServerProcess(db)

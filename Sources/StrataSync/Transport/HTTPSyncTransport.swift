@@ -23,7 +23,9 @@ import Strata
 /// `StrataError` `io` (worth retrying); a refused token (401) or another client's id (403) is
 /// `invalidOperation`; a request the server finds malformed (400, 413) or an answer that is not
 /// the wire format is `malformedInput`. A 410 (the server no longer knows the client, or its
-/// anchor expired) is ``ResetRequired``.
+/// anchor expired) is ``ResetRequired``. A 409 to a push (the server applied another batch under
+/// its id) is ``BatchRefused`` (``BatchRefused/Reason/idReused``), with the server's highest
+/// batch number for this client.
 public struct HTTPSyncTransport: SyncTransport {
     /// The server's base URL, such as `http://127.0.0.1:8080`.
     public let server: URL
@@ -112,7 +114,7 @@ public struct HTTPSyncTransport: SyncTransport {
     ///
     /// - Throws: `StrataError` as described on the type.
     public func push(_ batch: Batch) async throws -> BatchAck {
-        let (data, _) = try await send("POST", "v1/batches", body: try WireFormat.encode(batch))
+        let (data, _) = try await send("POST", "v1/batches", body: try WireFormat.encode(batch), pushing: true)
         let ack: BatchAck
         do { ack = try WireFormat.decode(BatchAck.self, from: data) } catch {
             throw StrataError(.malformedInput, "the sync server's answer to batch \(batch.id) is not a valid acknowledgement: \(error.message)", cause: error)
@@ -128,13 +130,16 @@ public struct HTTPSyncTransport: SyncTransport {
         _ = try await send("GET", "v1/health")
     }
 
-    /// The server's JSON error body: `{"error": <code>, "message": <text>}`.
+    /// The server's JSON error body: `{"error": <code>, "message": <text>}`, and with a 409 to a
+    /// push, `highestBatchNumber`.
     private struct ErrorBody: Decodable {
         var error: String
         var message: String
+        var highestBatchNumber: UInt64?
     }
 
-    private func send(_ method: String, _ path: String, query: [URLQueryItem] = [], body: Data? = nil) async throws -> (Data, [String: String]) {
+    /// Sends a request; with `pushing`, a refusal of the batch it carries is ``BatchRefused``.
+    private func send(_ method: String, _ path: String, query: [URLQueryItem] = [], body: Data? = nil, pushing: Bool = false) async throws -> (Data, [String: String]) {
         var components = URLComponents(url: server.appendingPathComponent(path), resolvingAgainstBaseURL: false)!
         if !query.isEmpty { components.queryItems = query }
         // URLComponents leaves '+' as is, which a server reads as a space.
@@ -164,6 +169,7 @@ public struct HTTPSyncTransport: SyncTransport {
         let what = "the sync server refused \(method) /\(path) (\(http.statusCode)): \(detail.message)"
         switch http.statusCode {
         case 410: throw ResetRequired(detail.error == "anchorExpired" ? .anchorExpired : .unknownClient, message: detail.message)
+        case 409 where pushing: throw BatchRefused(.idReused, message: detail.message, highestBatchNumber: detail.highestBatchNumber)
         case 401, 403: throw StrataError(.invalidOperation, what)
         case 400..<500: throw StrataError(.malformedInput, what)
         default: throw StrataError(.io, what)
