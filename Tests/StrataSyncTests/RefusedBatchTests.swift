@@ -63,16 +63,83 @@ import Testing
     /// A server that refuses a reused id without saying its highest number: the client cannot
     /// know a free id, so `sync` throws the refusal and keeps the batch in flight.
     @Test func aReusedIdWithoutTheServersHighestNumberFailsLoudly() async throws {
-        struct Refusing: SyncTransport {
-            func pull(since anchor: String?) async throws -> ServerDelta { ServerDelta(since: anchor, anchor: "0", tables: []) }
-            func push(_ batch: Batch) async throws -> BatchAck { throw BatchRefused(.idReused, message: "seen before") }
-        }
         try await withStoreAsync { store in
             try await store.write { try $0.insert("tasks", ["id": 1, "title": "t"]) }
             let sync = SyncClient(store: store)
-            await #expect(throws: BatchRefused(.idReused, message: "seen before")) { try await sync.sync(with: Refusing()) }
+            let refusing = RefusingTransport(InMemorySyncServer()) { _ in BatchRefused(.idReused, message: "seen before") }
+            await #expect(throws: BatchRefused(.idReused, message: "seen before")) { try await sync.sync(with: refusing) }
             #expect(try sync.inFlightBatch()?.batch.id == "\(store.clientID)-1")
             #expect(try await store.read { try $0.pendingRows() }.count == 1)
         }
+    }
+
+    /// A batch the server cannot take, naming no row (an older server refusing it whole for one
+    /// bad row, say): its rows are set aside with the server's message, and the sync goes on —
+    /// downloads too. Before, the transport's error was retried and thrown by every sync, since
+    /// the batch in flight goes first.
+    @Test func aBatchTheServerCannotTakeIsSetAsideAndTheSyncGoesOn() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let transport = RefusingTransport(server) { batch in
+                batch.changes.contains { $0.key == 2 } ? BatchRefused(.invalid, message: "changes[1]: field 'title' is bad") : nil
+            }
+            let sync = SyncClient(store: store)
+            try await store.write { tx in for i in 1...3 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t\(i)"]) } }
+            let report = try await sync.sync(with: transport)
+            #expect(report.acks.map(\.setAside) == [3])
+            let rejected = try sync.rejectedRows()
+            #expect(rejected.map(\.key) == [1, 2, 3])
+            #expect(rejected.allSatisfy { $0.reason == "the server refused the batch that carried this row: changes[1]: field 'title' is bad" })
+            // The next sync downloads; the rows set aside keep their edits and wait for the app.
+            server.write("tasks", key: 9, ["title": "from the server"])
+            _ = try await sync.sync(with: transport)
+            #expect(try await store.read { try $0.row("tasks", key: 9)?["title"] } == "from the server")
+            #expect(try await store.read { try $0.pendingRows() }.count == 3)
+            try sync.retryRejected("tasks", key: 1)
+            try sync.retryRejected("tasks", key: 3)
+            _ = try await sync.sync(with: transport)
+            #expect(Set(server.rows("tasks").keys) == [1, 3, 9])
+            #expect(try sync.rejectedRows().map(\.key) == [2])
+        }
+    }
+
+    /// A server that takes at most 2,000 bytes a batch: the rows go up in smaller batches, and
+    /// the one row larger than that by itself is set aside with the server's message. Before,
+    /// the refusal was retried and thrown by every sync.
+    @Test func aBatchTooLargeForTheServerIsSplitAndARowTooLargeAloneIsSetAside() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let transport = RefusingTransport(server) { batch in
+                (try? WireFormat.encode(batch).count).map { $0 > 2000 } == true ? BatchRefused(.tooLarge, message: "over 2000 bytes") : nil
+            }
+            let sync = SyncClient(store: store)
+            try await store.write { tx in
+                for i in 1...30 {
+                    try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string(String(repeating: "x", count: i == 7 ? 3000 : 60))])
+                }
+            }
+            let report = try await sync.sync(with: transport)
+            #expect(server.rows("tasks").count == 29 && server.rows("tasks")[7] == nil)
+            #expect(report.acks.map(\.acknowledged).reduce(0, +) == 29 && report.acks.map(\.setAside).reduce(0, +) == 1)
+            let rejected = try sync.rejectedRows()
+            #expect(rejected.map(\.key) == [7] && rejected.first?.reason == "the server refuses this row as too large: over 2000 bytes")
+            #expect(try await store.read { try $0.pendingRows() }.map(\.key) == [7])
+        }
+    }
+}
+
+/// Passes pulls and pushes on to an ``InMemorySyncServer``, but throws the refusal `refuse`
+/// returns for a batch instead of pushing it.
+struct RefusingTransport: SyncTransport {
+    let server: InMemorySyncServer
+    let refuse: @Sendable (Batch) -> BatchRefused?
+    init(_ server: InMemorySyncServer, refuse: @escaping @Sendable (Batch) -> BatchRefused?) {
+        self.server = server
+        self.refuse = refuse
+    }
+    func pull(since anchor: String?) async throws -> ServerDelta { try await server.pull(since: anchor) }
+    func push(_ batch: Batch) async throws -> BatchAck {
+        if let refusal = refuse(batch) { throw refusal }
+        return try await server.push(batch)
     }
 }

@@ -175,33 +175,64 @@ extension SyncClient {
     /// What ``settle(_:of:)`` made of a batch the server refused as a whole.
     enum Settlement {
         /// The batch was dropped; its rows, still pending, are frozen again by the next
-        /// `nextBatch`.
-        case refreeze
+        /// `nextBatch`, in batches of at most `maxBytes` bytes when given.
+        case refreeze(maxBytes: Int?)
+        /// The answer to acknowledge in the server's place: every row set aside, with the
+        /// server's message as the reason.
+        case answer(BatchAck)
     }
 
     /// Settles a refusal of the batch in flight that sending it again cannot fix, so that the
-    /// sync goes on: `idReused` drops the batch and moves the batch counter past the server's
-    /// highest number for this client, so that its rows go up again under an id the server
-    /// has not seen.
+    /// sync goes on:
+    /// - `idReused` drops the batch and moves the batch counter past the server's highest
+    ///   number for this client, so that its rows go up again under an id the server has not
+    ///   seen;
+    /// - `tooLarge` drops a batch of several rows, to be frozen again at half its size; a
+    ///   batch of one row is too large by itself, and the row is set aside;
+    /// - `invalid` sets every row of the batch aside: the server names none, and sending them
+    ///   again would be refused again.
+    ///
+    /// A row set aside keeps its local changes and waits in ``rejectedRows()`` for the app,
+    /// as a row the server refused in its acknowledgement does.
     ///
     /// - Throws: the refusal itself when it cannot be settled (`idReused` without the server's
     ///   highest number); `invalidOperation` when `batch` is not the batch in flight.
     func settle(_ refused: BatchRefused, of batch: Batch) throws -> Settlement {
+        func setAside(_ reason: String) -> Settlement {
+            .answer(BatchAck(batchID: batch.id, results: batch.changes.map {
+                RowResult(table: $0.table, key: $0.key, status: .error, error: RowError(reason: reason, action: .setAside))
+            }))
+        }
         switch refused.reason {
         case .idReused:
             guard let highest = refused.highestBatchNumber else { throw refused }
-            try store.write { tx in
-                guard try Self.inFlight(tx)?.id == batch.id else {
-                    throw StrataError(.invalidOperation, "batch \(batch.id) is not the batch in flight")
-                }
-                guard highest < UInt64(Int64.max) else {
-                    throw StrataError(.invalidOperation, "the server's highest batch number for this client, \(highest), leaves no number to continue from")
-                }
+            guard highest < UInt64(Int64.max) else {
+                throw StrataError(.invalidOperation, "the server's highest batch number for this client, \(highest), leaves no number to continue from")
+            }
+            try drop(batch) { tx in
                 let last = try tx.property(Self.batchNumberProperty)?.intValue ?? 0
-                try Self.dropInFlight(tx)
                 try tx.setProperty(Self.batchNumberProperty, .int(max(last, Int64(highest))))
             }
-            return .refreeze
+            return .refreeze(maxBytes: nil)
+        case .tooLarge where batch.changes.count > 1:
+            let size = try WireFormat.encode(batch).count
+            try drop(batch) { _ in }
+            return .refreeze(maxBytes: max(1, size / 2))
+        case .tooLarge:
+            return setAside("the server refuses this row as too large: \(refused.message)")
+        case .invalid:
+            return setAside("the server refused the batch that carried this row: \(refused.message)")
+        }
+    }
+
+    /// Drops `batch`, which must be the batch in flight, and runs `then` in the same transaction.
+    private func drop(_ batch: Batch, then: (Transaction) throws -> Void) throws {
+        try store.write { tx in
+            guard try Self.inFlight(tx)?.id == batch.id else {
+                throw StrataError(.invalidOperation, "batch \(batch.id) is not the batch in flight")
+            }
+            try Self.dropInFlight(tx)
+            try then(tx)
         }
     }
 

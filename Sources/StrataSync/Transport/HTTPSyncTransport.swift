@@ -21,11 +21,13 @@ import Strata
 ///
 /// Errors say what happened: a server that cannot be reached or times out, or a 5xx, is
 /// `StrataError` `io` (worth retrying); a refused token (401) or another client's id (403) is
-/// `invalidOperation`; a request the server finds malformed (400, 413) or an answer that is not
-/// the wire format is `malformedInput`. A 410 (the server no longer knows the client, or its
-/// anchor expired) is ``ResetRequired``. A 409 to a push (the server applied another batch under
-/// its id) is ``BatchRefused`` (``BatchRefused/Reason/idReused``), with the server's highest
-/// batch number for this client.
+/// `invalidOperation`; a pull the server finds malformed (400) or an answer that is not the wire
+/// format is `malformedInput`. A 410 (the server no longer knows the client, or its anchor
+/// expired) is ``ResetRequired``. A push the server refuses as a whole is ``BatchRefused``: a
+/// 409 (it applied another batch under this id) is ``BatchRefused/Reason/idReused``, with the
+/// server's highest batch number for this client; a 413 (over its body limit)
+/// ``BatchRefused/Reason/tooLarge``; a 400 (a batch it cannot take, naming no row)
+/// ``BatchRefused/Reason/invalid``.
 public struct HTTPSyncTransport: SyncTransport {
     /// The server's base URL, such as `http://127.0.0.1:8080`.
     public let server: URL
@@ -170,6 +172,8 @@ public struct HTTPSyncTransport: SyncTransport {
         switch http.statusCode {
         case 410: throw ResetRequired(detail.error == "anchorExpired" ? .anchorExpired : .unknownClient, message: detail.message)
         case 409 where pushing: throw BatchRefused(.idReused, message: detail.message, highestBatchNumber: detail.highestBatchNumber)
+        case 413 where pushing: throw BatchRefused(.tooLarge, message: detail.message)
+        case 400 where pushing: throw BatchRefused(.invalid, message: detail.message)
         case 401, 403: throw StrataError(.invalidOperation, what)
         case 400..<500: throw StrataError(.malformedInput, what)
         default: throw StrataError(.io, what)

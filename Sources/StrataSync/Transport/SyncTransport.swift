@@ -54,6 +54,16 @@ public struct BatchRefused: Error, Sendable, Hashable, CustomStringConvertible {
         /// would settle rows the server never saw. `sync(with:)` moves the counter past
         /// ``BatchRefused/highestBatchNumber`` and freezes the rows again under a new id.
         case idReused
+        /// The batch is larger than the server takes. `sync(with:)` freezes its rows again into
+        /// batches of at most half its size; a batch of one row is too large whatever its
+        /// company, and that row is set aside (``SyncClient/rejectedRows()``) with the server's
+        /// message.
+        case tooLarge
+        /// The server cannot take the batch and names no row (a payload it cannot read, a value
+        /// its database refuses). `sync(with:)` sets every row of the batch aside with the
+        /// server's message, so that the rest of the sync goes on; the app retries or discards
+        /// them (``SyncClient/retryRejected(_:key:)``, ``SyncClient/discardRejected(_:key:)``).
+        case invalid
     }
 
     /// Why the server refused the batch.
@@ -172,7 +182,10 @@ extension SyncClient {
     /// cannot help, so it is not retried: for ``BatchRefused/Reason/idReused`` (the server holds
     /// another batch under this id) the batch is dropped, the batch counter moves past the
     /// server's highest number for this client, and the rows, still pending, go up again under a
-    /// new id.
+    /// new id; for ``BatchRefused/Reason/tooLarge`` the rows go up again in batches of at most
+    /// half the refused one's size (a refused row alone is set aside); for
+    /// ``BatchRefused/Reason/invalid`` every row of the batch is set aside with the server's
+    /// message (``rejectedRows()``), reported in ``SyncReport/acks``, and the sync goes on.
     ///
     /// - Parameters:
     ///   - transport: the server connection: ``SyncTransport/pull(since:)`` and ``SyncTransport/push(_:)``.
@@ -231,6 +244,8 @@ extension SyncClient {
         }
 
         var renumbered = 0
+        // Lowered for the rest of the call when the server refuses a batch as too large.
+        var byteLimit = maxBatchBytes
         // Sends a batch and returns the server's answer; nil when the batch was dropped instead
         // (by a reset, or by a refusal whose rows are frozen again: see `settle`).
         func upload(_ batch: Batch) async throws -> BatchAck? {
@@ -244,7 +259,11 @@ extension SyncClient {
                     guard renumbered <= 3 else { throw refused }
                 }
                 switch try settle(refused, of: batch) {
-                case .refreeze: return nil
+                case .refreeze(let limit):
+                    if let limit { byteLimit = min(byteLimit, limit) }
+                    return nil
+                case .answer(let ack):
+                    return ack
                 }
             }
         }
@@ -276,7 +295,7 @@ extension SyncClient {
         var processed: [String: Int] = [:]
         var skip = Set<RowID>()
         progress?(SyncProgress(phase: .push, status: .inProgress, total: total, processed: processed))
-        while let batch = try nextBatch(maxRows: maxBatchRows, maxBytes: maxBatchBytes, excluding: skip) {
+        while let batch = try nextBatch(maxRows: maxBatchRows, maxBytes: byteLimit, excluding: skip) {
             try markSent(batch)
             // A reset asked for during the upload, or a refusal that freezes the rows again: the
             // batch is dropped and its rows, still pending, go up in the batches that follow.
