@@ -22,12 +22,21 @@ extension Database {
     ///    and commit. Holding that lock from the first version drawn to the commit makes versions
     ///    commit in order, so a pull that sees version v has seen every version below it.
     func apply(_ batch: Batch) async throws -> BatchAck {
-        let changes = try normalize(batch)
+        guard batch.id == "\(batch.clientID)-\(batch.number)" else {
+            throw RequestError.bad("the batch id '\(batch.id)' is not '<clientID>-<number>' (\(batch.clientID)-\(batch.number))")
+        }
         // The payload as the wire format writes it (sorted keys: equal batches, equal bytes),
         // whatever bytes the client sent; its digest is what a repeat of the id is matched on.
         let payload = String(decoding: try WireFormat.encode(batch), as: UTF8.self)
-        let digest = try await client.query("SELECT encode(sha256(convert_to(\(payload), 'UTF8')), 'hex')", logger: logger)
-            .collect()[0].decode(String.self)
+        // A batch applied before is answered before its rows are checked: the tables file may
+        // have changed since, and the answer must not.
+        let (digest, stored) = try await client.withConnection { c in
+            let digest = try await c.query("SELECT encode(sha256(convert_to(\(payload), 'UTF8')), 'hex')", logger: logger)
+                .collect()[0].decode(String.self)
+            return (digest, try await storedAnswer(batch, digest: digest, on: c))
+        }
+        if let stored { return stored }
+        let changes = normalize(batch)
         // A deadlock (two batches locking the same rows in another order) or a serialization
         // failure rolls back the whole transaction; it is safe to run it again.
         for attempt in 1... {
@@ -40,39 +49,50 @@ extension Database {
         fatalError("unreachable")
     }
 
-    /// Checks every change against the tables before anything is written, so that a batch
-    /// violating the schema is refused whole.
-    func normalize(_ batch: Batch) throws(RequestError) -> [RowChange] {
-        guard batch.id == "\(batch.clientID)-\(batch.number)" else {
-            throw .bad("the batch id '\(batch.id)' is not '<clientID>-<number>' (\(batch.clientID)-\(batch.number))")
-        }
-        var out: [RowChange] = []
-        for (i, c) in batch.changes.enumerated() {
-            let row = "changes[\(i)]"
-            guard let table = tables[c.table] else { throw .bad("\(row): unknown table '\(c.table)'") }
-            var n = c
-            n.key = try table.checkKey(c.key, row: row)
-            n.values = [:]
-            for (f, v) in c.values { n.values[f] = try table.check(v, field: f, row: row) }
-            n.originals = [:]
-            for (f, v) in c.originals { n.originals[f] = try table.check(v, field: f, row: row) }
-            switch c.kind {
-            case .insert:
-                for (k, v) in zip(table.primaryKey, n.key.values) where (n.values[k] ?? v) != v {
-                    throw .bad("\(row): key field '\(k)' is \(n.values[k]!) but the key says \(v)")
-                }
-                for f in table.fields where f.nullable != true && f.default == nil && !table.primaryKey.contains(f.name) && n.values[f.name] == nil {
-                    throw .bad("\(row): an insert into '\(c.table)' needs field '\(f.name)'")
-                }
-                guard c.originals.isEmpty else { throw .bad("\(row): an insert has no originals") }
-            case .update:
-                for k in table.primaryKey where c.values[k] != nil { throw .bad("\(row): an update cannot change key field '\(k)'") }
-            case .delete:
-                guard c.values.isEmpty else { throw .bad("\(row): a delete has no values") }
+    /// A change as the server stores it (normalized values), or, in `problem`, why the tables
+    /// refuse it.
+    struct CheckedChange {
+        var change: RowChange
+        var problem: String?
+    }
+
+    /// Checks every change against the tables before anything is written. A change that
+    /// violates them is answered on its own row (`error`, `setAside`, with the reason), as a
+    /// child of a missing parent is: refusing the whole batch would hold back every other row
+    /// of it, and the client's downloads behind it, for good.
+    func normalize(_ batch: Batch) -> [CheckedChange] {
+        batch.changes.enumerated().map { i, c in
+            do throws(RequestError) {
+                return CheckedChange(change: try normalize(c, row: "changes[\(i)]"))
+            } catch {
+                return CheckedChange(change: c, problem: error.message)
             }
-            out.append(n)
         }
-        return out
+    }
+
+    private func normalize(_ c: RowChange, row: String) throws(RequestError) -> RowChange {
+        guard let table = tables[c.table] else { throw .bad("\(row): unknown table '\(c.table)'") }
+        var n = c
+        n.key = try table.checkKey(c.key, row: row)
+        n.values = [:]
+        for (f, v) in c.values { n.values[f] = try table.check(v, field: f, row: row) }
+        n.originals = [:]
+        for (f, v) in c.originals { n.originals[f] = try table.check(v, field: f, row: row) }
+        switch c.kind {
+        case .insert:
+            for (k, v) in zip(table.primaryKey, n.key.values) where (n.values[k] ?? v) != v {
+                throw .bad("\(row): key field '\(k)' is \(n.values[k]!) but the key says \(v)")
+            }
+            for f in table.fields where f.nullable != true && f.default == nil && !table.primaryKey.contains(f.name) && n.values[f.name] == nil {
+                throw .bad("\(row): an insert into '\(c.table)' needs field '\(f.name)'")
+            }
+            guard c.originals.isEmpty else { throw .bad("\(row): an insert has no originals") }
+        case .update:
+            for k in table.primaryKey where c.values[k] != nil { throw .bad("\(row): an update cannot change key field '\(k)'") }
+        case .delete:
+            guard c.values.isEmpty else { throw .bad("\(row): a delete has no values") }
+        }
+        return n
     }
 
     private struct Stored {
@@ -111,7 +131,7 @@ extension Database {
         return ack
     }
 
-    private func applyOnce(_ batch: Batch, _ digest: String, _ changes: [RowChange]) async throws -> BatchAck {
+    private func applyOnce(_ batch: Batch, _ digest: String, _ changes: [CheckedChange]) async throws -> BatchAck {
         try await client.withConnection { c in
             try await c.query("BEGIN", logger: logger)
             do {
@@ -140,7 +160,9 @@ extension Database {
         String(decoding: (try? WireFormat.encode(key.values)) ?? Data(), as: UTF8.self)
     }
 
-    private func decideAndWrite(_ batch: Batch, _ changes: [RowChange], on c: PostgresConnection) async throws -> BatchAck {
+    private func decideAndWrite(_ batch: Batch, _ checked: [CheckedChange], on c: PostgresConnection) async throws -> BatchAck {
+        // Rows the tables refuse are answered in their place below, and neither read nor written.
+        let changes = checked.compactMap { $0.problem == nil ? $0.change : nil }
         // Lock every row the batch names, in one statement, in key order.
         let named = Set(changes.map { [$0.table, Self.keyText($0.key)] }).sorted { ($0[0], $0[1]) < ($1[0], $1[1]) }
         var rows: [[String]: Stored] = [:]
@@ -176,7 +198,11 @@ extension Database {
         var results: [RowResult] = []
         var written: [[String]: Int] = [:]   // row → index of the result that wrote it
         var rekeyed: [String: [Value: Value]] = [:]   // parent table → client key → server key
-        for change in changes {
+        for (change, problem) in checked.map({ ($0.change, $0.problem) }) {
+            if let problem {
+                results.append(RowResult(table: change.table, key: change.key, status: .error, error: RowError(reason: problem, action: .setAside)))
+                continue
+            }
             guard let table = tables[change.table] else { continue }
             var change = change
             // A child naming a parent that this batch re-keyed follows the parent's new key.

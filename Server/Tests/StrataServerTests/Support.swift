@@ -104,21 +104,23 @@ final class ServerProcess: @unchecked Sendable {   // used by one task at a time
     private(set) var process = Process()
     private let environment: [String: String]
     private let extra: [String]
+    private let tables: String
     private(set) var port = 0
     var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
     let database: TestDatabase
 
-    init(_ database: TestDatabase, port: Int = 0, arguments: [String] = [], environment: [String: String] = [:]) throws {
+    init(_ database: TestDatabase, port: Int = 0, tables: String = tablesFile, arguments: [String] = [], environment: [String: String] = [:]) throws {
         self.database = database
         self.environment = environment
         self.extra = arguments
+        self.tables = tables
         try start(port: port)
     }
 
     private func start(port: Int) throws {
         process = Process()
         process.executableURL = productsFolder().appendingPathComponent("strata-server")
-        process.arguments = ["--database-url", database.url, "--tables", tablesFile, "--port", String(port)] + extra
+        process.arguments = ["--database-url", database.url, "--tables", tables, "--port", String(port)] + extra
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         let out = Pipe()
         process.standardOutput = out
