@@ -15,8 +15,8 @@ import StrataSync
 /// - `GET /v1/changes?since=<anchor>&limit=<n>[&until=<v>]`: a page of changes as a
 ///   `ServerDelta`. Headers: `Strata-More: true` when more pages follow (ask again with the page's
 ///   anchor as `since` and the same `until`), `Strata-Until` (the version the pull runs up to).
-///   Without `since`: a snapshot page; the next one is asked with `until` and the
-///   `Strata-After-Table` and `Strata-After-Key` headers as `afterTable` and `afterKey`.
+///   Without `since`: a snapshot page; the next one is asked with `until` and the `Strata-After`
+///   header as `after` (see ``Cursor``).
 /// - `POST /v1/batches`: a `Batch`; answers its `BatchAck`.
 struct Routes: Sendable {
     let db: Database
@@ -57,22 +57,53 @@ struct Routes: Sendable {
         }
         let since = q["since"].map(String.init)
         var after: (String, String)?
-        if let t = q["afterTable"], let k = q["afterKey"] { after = (String(t), String(k)) }
+        if let cursor = q["after"] {
+            after = try Cursor.decode(String(cursor))
+        } else if let t = q["afterTable"], let k = q["afterKey"] {
+            after = (String(t), String(k))
+        }
         let page = try await db.changes(since: since, until: q["until"].map(String.init), after: after, limit: limit)
         var response = json(200, try WireFormat.encode(page.delta))
         response.headers[Self.more] = page.more ? "true" : "false"
         response.headers[Self.until] = String(page.until)
         if page.more, let (t, k) = page.after {
-            response.headers[Self.afterTable] = t
-            response.headers[Self.afterKey] = k
+            response.headers[Self.after] = try Cursor.encode(t, k)
+            // The headers clients before `Strata-After` read, sent where they arrive intact.
+            if t.allSatisfy(\.isASCII) && k.allSatisfy(\.isASCII) {
+                response.headers[Self.afterTable] = t
+                response.headers[Self.afterKey] = k
+            }
         }
         return response
     }
 
     static let more = HTTPField.Name("Strata-More")!
     static let until = HTTPField.Name("Strata-Until")!
+    static let after = HTTPField.Name("Strata-After")!
     static let afterTable = HTTPField.Name("Strata-After-Table")!
     static let afterKey = HTTPField.Name("Strata-After-Key")!
+
+    /// Where the next snapshot page starts: the table and the key (as stored) of the last row
+    /// sent, as the JSON array `[table, key]` in base64url without padding. Table names and keys
+    /// may be any Unicode; an HTTP header carries ASCII safely (URLSession on Apple's platforms
+    /// reads header values as Latin-1, which mangled a raw UTF-8 key), and base64url also
+    /// passes through a query string as it is.
+    enum Cursor {
+        static func encode(_ table: String, _ key: String) throws -> String {
+            try JSONEncoder().encode([table, key]).base64EncodedString()
+                .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+                .replacingOccurrences(of: "=", with: "")
+        }
+
+        static func decode(_ text: String) throws(RequestError) -> (String, String) {
+            var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+            base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+            guard let data = Data(base64Encoded: base64), let pair = try? JSONDecoder().decode([String].self, from: data), pair.count == 2 else {
+                throw .bad("'after' is not a cursor this server hands out (the Strata-After header)")
+            }
+            return (pair[0], pair[1])
+        }
+    }
 
     private func push(_ request: Request) async throws -> Response {
         let client = try await authenticate(request)

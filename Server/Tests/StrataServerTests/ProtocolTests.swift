@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Strata
 import StrataSync
 import Testing
@@ -41,7 +44,7 @@ struct ProtocolTests {
         }
 
         let changes = server.url.appendingPathComponent("v1/changes")
-        for (query, message) in [("since=v41", "anchor 'v41'"), ("since=0&limit=0", "limit"), ("since=0&limit=x", "limit"), ("until=zz", "until")] {
+        for (query, message) in [("since=v41", "anchor 'v41'"), ("since=0&limit=0", "limit"), ("since=0&limit=x", "limit"), ("until=zz", "until"), ("after=bm90IGEgY3Vyc29y", "not a cursor")] {
             let r = try await request("GET", URL(string: "\(changes.absoluteString)?\(query)")!, token: token)
             #expect(r.status == 400 && r.body.contains(message), "\(query): \(r.status) \(r.body)")
         }
@@ -319,6 +322,46 @@ struct ProtocolTests {
         let after = try db.sql("SELECT tbl, key, fields, deleted FROM strata_rows ORDER BY 1, 2")
         #expect(after.split(separator: "\n").count == before.split(separator: "\n").count + 1)
         #expect(after.contains("\"fine\"") && !after.contains("no such task") && !after.contains("deleted just before"))
+    }
+
+    /// A snapshot page that ends on a key outside ASCII: the next page starts right after it.
+    /// Before, the cursor went back raw in a header, which an HTTP stack may read as Latin-1.
+    @Test func aSnapshotPageMayEndOnAKeyOutsideASCII() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
+        let token = try db.token(for: "a")
+        let names = ["ascii", "café", "naïve", "日本語", "zürich", "ñandú", "émoji 🙂"]
+        _ = try await HTTPSyncTransport(server: server.url, token: token).push(Self.batch("a", 1, names.map {
+            RowChange(table: "settings", key: RowKey(.string($0)), kind: .insert, values: ["name": .string($0), "value": 1])
+        }))
+        for pageSize in [1, 2, 3] {
+            let snapshot = try await HTTPSyncTransport(server: server.url, token: token, pageSize: pageSize).pull(since: nil)
+            let got = snapshot.tables.first { $0.table == "settings" }!.upserts.map { $0.fields["name"]! }
+            #expect(got.count == names.count && Set(got) == Set(names.map { Value.string($0) }), "pages of \(pageSize): \(got)")
+        }
+        // Page by hand, through a client that reads header values as Latin-1 (as URLSession does
+        // on Apple's platforms; on Linux it reads UTF-8), sending back whatever cursor it got.
+        func latin1(_ s: String) -> String { String(String.UnicodeScalarView(s.utf8.map { Unicode.Scalar($0) })) }
+        var got: [Value] = []
+        var query = "limit=1"
+        for _ in 0..<20 {
+            var r = URLRequest(url: URL(string: "\(server.url.absoluteString)/v1/changes?\(query)")!)
+            r.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            let (data, response) = try await URLSession.shared.data(for: r)
+            let http = response as! HTTPURLResponse
+            #expect(http.statusCode == 200, "\(query): \(String(decoding: data, as: UTF8.self))")
+            got += try WireFormat.decode(ServerDelta.self, from: data).tables.first { $0.table == "settings" }?.upserts.map { $0.fields["name"]! } ?? []
+            guard http.value(forHTTPHeaderField: "Strata-More") == "true" else { break }
+            var items = [URLQueryItem(name: "limit", value: "1"), URLQueryItem(name: "until", value: http.value(forHTTPHeaderField: "Strata-Until"))]
+            for (header, parameter) in [("Strata-After", "after"), ("Strata-After-Table", "afterTable"), ("Strata-After-Key", "afterKey")] {
+                if let v = http.value(forHTTPHeaderField: header) { items.append(URLQueryItem(name: parameter, value: latin1(v))) }
+            }
+            var c = URLComponents()
+            c.queryItems = items
+            query = c.percentEncodedQuery!.replacingOccurrences(of: "+", with: "%2B")
+        }
+        #expect(got.count == names.count && Set(got) == Set(names.map { Value.string($0) }), "\(got)")
     }
 
     @Test func pagesAndResets() async throws {

@@ -86,7 +86,11 @@ public struct HTTPSyncTransport: SyncTransport {
             }
             if anchor != nil {
                 query = [URLQueryItem(name: "since", value: page.anchor), URLQueryItem(name: "until", value: until)]
+            } else if let cursor = headers["Strata-After"] {
+                // Opaque, and ASCII: sent back as it came.
+                query = [URLQueryItem(name: "until", value: until), URLQueryItem(name: "after", value: cursor)]
             } else {
+                // A server from before `Strata-After`: the last row's table and key, raw.
                 guard let t = headers["Strata-After-Table"], let k = headers["Strata-After-Key"] else {
                     throw StrataError(.malformedInput, "the sync server says more snapshot pages follow but not where they start")
                 }
