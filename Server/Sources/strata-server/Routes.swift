@@ -140,6 +140,13 @@ struct Routes: Sendable {
             return failure(e.status, e.code, e.message, highestBatchNumber: e.highestBatchNumber)
         } catch let e as PSQLError {
             db.logger.error("PostgreSQL: \(String(reflecting: e))")
+            // Data exceptions (class 22: a value PostgreSQL cannot take) and program limits
+            // (class 54: a row or an index entry too large) fail the same way every time: the
+            // request is refused for good, so that a client does not retry it. Everything else
+            // (connections, shutdowns, resources) may pass.
+            if let state = e.serverInfo?[.sqlState], state.hasPrefix("22") || state.hasPrefix("54") {
+                return failure(400, "badRequest", "PostgreSQL refused the request (SQLSTATE \(state)): \(e.serverInfo?[.message] ?? "")")
+            }
             return failure(503, "unavailable", "the database is unavailable (\(e.code)); try again")
         } catch {
             db.logger.error("\(String(reflecting: error))")

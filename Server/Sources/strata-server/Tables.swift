@@ -107,13 +107,24 @@ extension TableConfig.Table {
         return value
     }
 
-    /// The row key as stored (normalized values), checked against the key fields.
+    /// The most bytes a row's table name and key (its JSON, as stored) take together.
+    /// PostgreSQL refuses an index entry over about 2,700 bytes (a third of a page), and
+    /// `strata_rows` is indexed on (table, key): a longer key would fail inside the batch's
+    /// transaction, for good. The margin covers the entry's own headers.
+    static let maxKeyBytes = 2000
+
+    /// The row key as stored (normalized values), checked against the key fields and
+    /// ``maxKeyBytes``.
     func checkKey(_ key: RowKey, row: String) throws(RequestError) -> RowKey {
         guard key.values.count == primaryKey.count else {
             throw .bad("\(row): the key has \(key.values.count) values but table '\(name)' has \(primaryKey.count) key fields")
         }
         var out: [Value] = []
         for (k, v) in zip(primaryKey, key.values) { out.append(try check(v, field: k, row: row, allowNull: false)) }
+        let size = name.utf8.count + ((try? WireFormat.encode(out).count) ?? 0)
+        guard size <= Self.maxKeyBytes else {
+            throw .bad("\(row): the key takes \(size) bytes with its table name; the server takes at most \(Self.maxKeyBytes)")
+        }
         return RowKey(out)
     }
 }

@@ -78,6 +78,37 @@ struct ProtocolTests {
         #expect(Set(titles) == ["one", "fine", "also fine"])
     }
 
+    /// A key longer than PostgreSQL can index is refused on its row, before PostgreSQL sees it,
+    /// and a value PostgreSQL refuses is a 400 that says so, not a 503 "try again": neither
+    /// goes better the next time. Before, both were 503.
+    @Test func whatPostgreSQLCannotStoreIsRefusedForGood() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
+        let token = try db.token(for: "a")
+        let a = HTTPSyncTransport(server: server.url, token: token)
+        // 3,000 characters that do not compress: a key past PostgreSQL's index row limit.
+        var x: UInt64 = 1
+        let long = String((0..<3000).map { _ in
+            x = x &* 6364136223846793005 &+ 1442695040888963407
+            return Character(Unicode.Scalar(UInt8(48 + (x >> 33) % 75)))
+        })
+        let ack = try await a.push(Self.batch("a", 1, [
+            RowChange(table: "settings", key: RowKey(.string(long)), kind: .insert, values: ["name": .string(long)]),
+            Self.insert(1, "fine"),
+        ]))
+        #expect(ack.results.map(\.status) == [.error, .ok])
+        #expect(ack.results[0].error?.action == .setAside && ack.results[0].error?.reason.contains("key") == true, "\(ack.results[0])")
+        // A text parameter with a NUL character, which PostgreSQL refuses (SQLSTATE 22021).
+        let before = try db.state()
+        let changes = server.url.appendingPathComponent("v1/changes")
+        for query in ["until=1&afterTable=tasks&afterKey=%00", "until=1&after=\(Data(#"["tasks","\u0000"]"#.utf8).base64EncodedString().replacingOccurrences(of: "=", with: ""))"] {
+            let r = try await request("GET", URL(string: "\(changes.absoluteString)?\(query)")!, token: token)
+            #expect(r.status == 400 && r.body.contains("PostgreSQL refused"), "\(query): \(r.status) \(r.body)")
+        }
+        #expect(try db.state() == before)
+    }
+
     /// A batch applied before is answered before its rows are checked: after the tables file
     /// changed, its repeat still gets the stored answer. Before, it was a 400.
     @Test func aRepeatedBatchIsAnsweredWhateverTheTablesFileSaysNow() async throws {
