@@ -134,14 +134,33 @@ struct Database: Sendable {
     /// - Snapshot (no `since`): the live rows in (table, key) order after the cursor `after`, with
     ///   the anchor `until`. The pages of a snapshot are one delta: a client combines them before
     ///   it merges.
+    ///
+    /// The horizon and the rows are read in one REPEATABLE READ transaction, from one snapshot:
+    /// read in two statements, a `prune` committing between them could remove tombstones after
+    /// `since` that the horizon read before it let through, and the client would never learn of
+    /// those deletes.
     func changes(since: String?, until: String?, after: (table: String, key: String)?, limit: Int) async throws -> Page {
+        try await client.withConnection { c in
+            try await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
+            do {
+                let page = try await changes(since: since, until: until, after: after, limit: limit, on: c)
+                try await c.query("COMMIT", logger: logger)
+                return page
+            } catch {
+                _ = try? await c.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    private func changes(since: String?, until: String?, after: (table: String, key: String)?, limit: Int, on c: PostgresConnection) async throws -> Page {
         func version(_ s: String, _ what: String) throws(RequestError) -> Int64 {
             guard let v = Int64(s), v >= 0 else { throw .bad("the \(what) '\(s)' is not one this server hands out") }
             return v
         }
         // The horizon, and the latest committed version: versions commit in order (see
         // `apply`), so every version up to the highest visible one is committed.
-        let meta = try await client.query("""
+        let meta = try await c.query("""
             SELECT (SELECT value FROM strata_meta WHERE name = 'horizon')::bigint,
                    coalesce((SELECT max(version) FROM strata_rows), 0)
             """, logger: logger).collect()
@@ -178,7 +197,7 @@ struct Database: Sendable {
             if after < horizon {
                 throw RequestError(410, "anchorExpired", "the anchor \(after) is older than the oldest this server keeps (\(horizon))")
             }
-            let rows = try await client.query("""
+            let rows = try await c.query("""
                 SELECT tbl, key, fields, deleted, version, extract(epoch FROM updated_at)::float8 FROM strata_rows
                 WHERE version > \(after) AND version <= \(until) ORDER BY version LIMIT \(limit + 1)
                 """, logger: logger)
@@ -193,7 +212,7 @@ struct Database: Sendable {
             page.delta.since = since
         } else {
             let (t, k) = after ?? ("", "")
-            let rows = try await client.query("""
+            let rows = try await c.query("""
                 SELECT tbl, key, fields, deleted, version, extract(epoch FROM updated_at)::float8 FROM strata_rows
                 WHERE (tbl, key) > (\(t), \(k)) AND NOT deleted ORDER BY tbl, key LIMIT \(limit + 1)
                 """, logger: logger)
