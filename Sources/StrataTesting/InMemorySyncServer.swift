@@ -121,7 +121,9 @@ public final class InMemorySyncServer: SyncTransport {
     /// The changes since `anchor`; for `nil`, a snapshot (`ServerDelta.Mode.snapshot`) of every
     /// row of every table.
     ///
-    /// - Throws: `ResetRequired` (`anchorExpired`) for an anchor older than the changes kept.
+    /// - Throws: `ResetRequired` (`anchorExpired`) for an anchor older than the changes kept,
+    ///   (`unknownClient`) for one ahead of every version this server handed out; `StrataError`
+    ///   `malformedInput` for one that is not a version.
     public func pull(since anchor: String?) async throws -> ServerDelta {
         try state.withLock { s in
             guard let anchor else {
@@ -135,7 +137,14 @@ public final class InMemorySyncServer: SyncTransport {
                 }
                 return ServerDelta(anchor: "\(s.version)", mode: .snapshot, tables: tables)
             }
-            let since = Int(anchor) ?? 0
+            // As strata-server: an anchor that is not a version is malformed (its 400), one ahead
+            // of every version handed out names data this server does not have (its 410).
+            guard let since = Int(anchor), since >= 0 else {
+                throw StrataError(.malformedInput, "the anchor '\(anchor)' is not one this server hands out")
+            }
+            if since > s.version {
+                throw ResetRequired(.unknownClient, message: "the anchor \(since) is ahead of this server (at \(s.version))")
+            }
             if since < s.expiredThrough {
                 throw ResetRequired(.anchorExpired, message: "changes up to \(s.expiredThrough) are no longer kept; the anchor is \(anchor)")
             }
@@ -190,8 +199,13 @@ public final class InMemorySyncServer: SyncTransport {
                 // A child naming a parent that this batch re-keyed follows the parent's new key:
                 // the rule the client applies to the acknowledgement, so both read it alike.
                 let change = AckRules.followingKeys(sent, rekeyed: rekeyed, associations: associations)
-                if let custom = decide?(change) {
-                    if custom.status == .ok { _ = apply(change, &s, as: custom.newKey, serverValues: custom.serverValues ?? [:]) }
+                if var custom = decide?(change) {
+                    // An `ok` the server cannot apply (stale originals, a taken key) is the
+                    // conflict it is: answering `ok` would confirm a row never written.
+                    if custom.status == .ok {
+                        let applied = apply(change, &s, as: custom.newKey, serverValues: custom.serverValues ?? [:])
+                        if applied.status != .ok { custom = applied }
+                    }
                     if custom.status == .ok, change.kind == .insert, let k = custom.newKey, k.values.count == 1, change.key.values.count == 1 {
                         rekeyed[change.table, default: [:]][change.key.values[0]] = k.values[0]
                     }
@@ -223,13 +237,14 @@ public final class InMemorySyncServer: SyncTransport {
             }
             rows[key] = row
         case .delete:
-            if let row = rows[key] {
-                for (f, o) in c.originals where (row[f] ?? .null) != o { return RowResult(table: c.table, key: c.key, status: .conflict) }
-                // The whole row: a field the delete does not name must be null here (the same
-                // rule as the reference server's).
-                for (f, v) in row where c.originals[f] == nil && !v.isNull { return RowResult(table: c.table, key: c.key, status: .conflict) }
-                rows[key] = nil
-            }
+            // Already gone: nothing to write, so no version and no tombstone (as the reference
+            // server answers it).
+            guard let row = rows[key] else { return .ok(c.table, c.key) }
+            for (f, o) in c.originals where (row[f] ?? .null) != o { return RowResult(table: c.table, key: c.key, status: .conflict) }
+            // The whole row: a field the delete does not name must be null here (the same
+            // rule as the reference server's).
+            for (f, v) in row where c.originals[f] == nil && !v.isNull { return RowResult(table: c.table, key: c.key, status: .conflict) }
+            rows[key] = nil
         }
         if c.kind != .delete, !serverValues.isEmpty { rows[key]?.merge(serverValues) { $1 } }
         s.rows[c.table] = rows

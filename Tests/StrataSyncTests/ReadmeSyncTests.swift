@@ -26,9 +26,11 @@ import Testing
                 try sync.resolve(conflict.table, key: conflict.key, with: .local)
             }
             // --- README sync ends ---
-            // The server holds what its delta said.
+            // The server holds what its delta said, under its own anchor for it: InMemorySyncServer
+            // counts versions, and refuses an anchor it never handed out ("v42", the sample's).
             let server = InMemorySyncServer()
             server.write("tasks", key: 7, ["title": "Buy soy milk", "priority": 0, "done": false, "notes": nil])
+            try await store.write { tx in try tx.setProperty(SyncClient.anchorProperty, "1") }
             // --- README upload begins ---
             // Upload by hand: the batch stays "in flight" (stored) until its acknowledgement.
             if let batch = try sync.nextBatch(maxRows: 500) {
