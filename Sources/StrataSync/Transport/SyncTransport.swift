@@ -55,9 +55,8 @@ public struct BatchRefused: Error, Sendable, Hashable, CustomStringConvertible {
         /// ``BatchRefused/highestBatchNumber`` and freezes the rows again under a new id.
         case idReused
         /// The batch is larger than the server takes. `sync(with:)` freezes its rows again into
-        /// batches of at most half its size; a batch of one row is too large whatever its
-        /// company, and that row is set aside (``SyncClient/rejectedRows()``) with the server's
-        /// message.
+        /// batches of at most half its size; a row refused alone is set aside
+        /// (``SyncClient/rejectedRows()``) with the server's message.
         case tooLarge
         /// The server cannot take the batch and names no row (a payload it cannot read, a value
         /// its database refuses). `sync(with:)` sets every row of the batch aside with the
@@ -198,7 +197,8 @@ extension SyncClient {
     ///   - progress: called as each phase advances (per phase and table: total, processed, remaining).
     /// - Throws: the transport's error after `maxAttempts`; ``ResetRequired`` with `.fail`, or
     ///   when the server asks again right after a reset; ``BatchRefused`` for a reused id when
-    ///   the server does not say its highest batch number, or refuses three new ids in a row; `StrataError` from merging or batching;
+    ///   the server does not say its highest batch number, or still refuses the batch after it
+    ///   was renumbered three times; `StrataError` from merging or batching;
     ///   `StrataError` `invalidOperation`, before anything is pulled, when `maxBatchRows` or
     ///   `maxBatchBytes` is below 1.
     public func sync(
