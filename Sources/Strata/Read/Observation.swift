@@ -133,8 +133,9 @@ extension Store {
     /// `body` should return quickly: the thread it runs on may be a writer whose `write` waits for it.
     ///
     /// Keep the returned token: the observation ends when it is cancelled or released, or when
-    /// this `Store` is closed (``close()``) or released; once that returns, `body` is not called
-    /// again (a call running at that moment finishes).
+    /// this `Store` is closed (``close()``) or released; after that, `body` is not called again,
+    /// except by a delivery that was already starting the call at that moment (a call running
+    /// then finishes).
     ///
     /// The observation sees the commits of every `Store` of this process on the folder. On a
     /// closed `Store` it observes nothing.
