@@ -34,6 +34,23 @@ struct TableInfo: Sendable {
     var name: String { schema.name }
     var isPropertyBag: Bool { schema.mode == .propertyBag }
 
+    /// The id of the live field called `name`, or `nil`: what `fieldIDs[name]` answers.
+    ///
+    /// Every edit resolves each field it names. A table of up to 16 fields compares names
+    /// instead of hashing one: two short names compare in a few instructions (Swift keeps up to
+    /// 15 UTF-8 bytes inline), a hash costs a few hundred.
+    @inline(__always)
+    func fieldID(_ name: String) -> Int? {
+        guard fieldNames.count <= 16 else { return fieldIDs[name] }
+        // From the end, as `fieldIDs` is built: a name dropped and added again has its live id last.
+        var i = fieldNames.count - 1
+        while i >= 0 {
+            if fieldNames[i] == name && (dropped.isEmpty || !dropped.contains(i)) { return i }
+            i -= 1
+        }
+        return nil
+    }
+
     func isKeyField(_ id: Int) -> Bool { keyFieldIDs.contains(id) }
 
     /// The field's name, or a placeholder for an id the catalog does not know (a damaged store).

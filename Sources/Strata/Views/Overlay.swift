@@ -338,7 +338,10 @@ struct OverlayVersion {
 /// The overlay one transaction reads and (when writing) changes. Readers get a buffer holding
 /// the published version; a writer gets one holding its working copy, published at commit.
 final class OverlayBuffer {
-    var version: OverlayVersion
+    // Unchecked: every overlay read and write of an edit goes through here. A buffer belongs to
+    // one thread: a writer's to the thread running the write, one folding a log tail to its
+    // caller; a reader's is never changed once made.
+    @exclusivity(unchecked) var version: OverlayVersion
 
     init(_ version: OverlayVersion) { self.version = version }
 

@@ -86,7 +86,7 @@ extension Transaction {
         var tableChanged = false
         if let state {
             for (name, f) in state.fields.sorted(by: { $0.key < $1.key }) {
-                var id = t.fieldIDs[name]
+                var id = t.fieldID(name)
                 if id == nil {
                     guard t.isPropertyBag else {
                         throw StrataError(.fieldNotFound, "table '\(t.name)' has no field '\(name)'")
