@@ -16,6 +16,9 @@ import Strata
 /// - **keys replaced in the same batch**: a server that gives a new row its own key stores the
 ///   children of that row in the same batch with the new key, so a child's sent values are read
 ///   through the keys the acknowledgement has replaced before it (``followingKeys``).
+/// - **children of a row the server gave a new key**: `rekey` rewrites every row whose field of
+///   a declared association names the client key; only that field changes, and a conflict the
+///   child holds stays (``followingParent``).
 /// - **a server key a merge already brought** (an app that merges between `nextBatch()` and
 ///   `acknowledge(_:)`): the row under the client key, acknowledged, meets the server's row that
 ///   the merge stored under the server key, by the merge rules (``ontoMerged``).
@@ -36,6 +39,32 @@ package enum AckRules {
             if let v = change.values[a.field], let new = rekeyed[a.parent]?[v] { change.values[a.field] = new }
         }
         return change
+    }
+
+    /// `child`, a stored row whose `field` (of a declared association) names a parent this
+    /// acknowledgement moved from client key `old` to server key `new`: each side of the field
+    /// that holds `old` holds `new` instead, and nothing else changes — the other fields, the
+    /// row's flags (inserted, deleted, conflicted) and every field's conflict mark, this
+    /// field's own included, stay as they were.
+    ///
+    /// Why: a row in conflict is held back from uploads, so a child in conflict is still
+    /// pending, conflict and all, when its parent is acknowledged. The rewrite only renames the
+    /// parent; dropping a mark would silently end a conflict the app has not resolved. The one
+    /// mark that goes is one the new key settles: the server's side already named `new` (the
+    /// app merged between `nextBatch()` and `acknowledge(_:)`) and the device's named `old`, so
+    /// both sides now agree, and the field is settled as a merge would settle it
+    /// (`MergeRules`); with no field left in conflict the row is no longer conflicted.
+    static func followingParent(_ child: RowState, field: String, from old: Value, to new: Value) -> RowState {
+        var state = child
+        let was = child.fields[field] ?? .clean(.null)
+        var f = was
+        if f.original == old { f.original = new }
+        if f.current == old { f.current = new }
+        let settled = was.isInConflict && was.original == new && was.current == old
+        if settled { f.isInConflict = false }
+        state.fields[field] = f
+        if settled && !state.fields.values.contains(where: \.isInConflict) { state.isConflicted = false }
+        return state
     }
 
     static func ok(_ change: RowChange, local: RowState?, serverValues: [String: Value]) -> RowState? {

@@ -357,7 +357,8 @@ extension SyncClient {
     }
 
     /// Moves an acknowledged insert to the server's key and rewrites every reference to it (the
-    /// changes of the same batch that name it are translated by `AckRules.followingKeys`).
+    /// changes of the same batch that name it are translated by `AckRules.followingKeys`; a
+    /// stored child changes in that field only, and keeps a conflict: `AckRules.followingParent`).
     ///
     /// A merge since the freeze may already have brought the row under the server's key (the app
     /// pulled before acknowledging): the two are brought together by `AckRules.ontoMerged`.
@@ -399,9 +400,7 @@ extension SyncClient {
         let new = newKey.values[0]
         for a in associations where a.parent == change.table {
             for row in try tx.snapshot.rows(a.child, includingDeleted: true) where row[a.field] == old || row.original(a.field) == old {
-                var s = RowState(row)
-                let f = s.fields[a.field] ?? .clean(.null)
-                s.fields[a.field] = RowState.Field(original: f.original == old ? new : f.original, current: f.current == old ? new : f.current)
+                let s = AckRules.followingParent(try Self.state(of: row, tx.snapshot), field: a.field, from: old, to: new)
                 try tx.setRowState(a.child, key: row.key, s, kind: .acknowledge, origin: .server, annotation: note)
             }
         }
