@@ -23,8 +23,8 @@ public final class Transaction {
         didSet { lastTable = nil }
     }
     /// The table the last edit named, while `workingCatalog` is unchanged: a run of edits on
-    /// one table looks it up once (``table(named:)``).
-    private var lastTable: TableInfo? = nil
+    /// one table looks it up once (``table(named:)``). Unchecked, as the buffers below are.
+    @exclusivity(unchecked) private var lastTable: TableInfo? = nil
     /// Ends when the closure that lent the transaction returns (``close()``).
     let lease = Lease(.write)
     private(set) var catalogChanged = false
@@ -49,7 +49,7 @@ public final class Transaction {
     @exclusivity(unchecked) private var opBuf = ByteWriter(capacity: 512)
     @exclusivity(unchecked) private var rowBuf = ByteWriter(capacity: 512)
     /// Per field id, whether the field holds a value after a merge (`mergeServerValues`).
-    private var valued: [Bool] = []
+    @exclusivity(unchecked) private var valued: [Bool] = []
     /// Rows touched, kept only when invariant checks are on.
     private var touched: Set<[UInt8]> = []
     /// Changes for observers, collected only when the store has any.
@@ -400,7 +400,7 @@ public final class Transaction {
         decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
         annotation: (ServerFieldValues) throws -> [UInt8]
     ) throws -> ServerMergeResult {
-        let t = try catalog.table(named: table)
+        let t = try self.table(named: table)
         try encodeKey(key, t)
         guard let stored = try storedRow() else { return .needsMerge }
         let old = stored.bytes
