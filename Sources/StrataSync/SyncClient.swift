@@ -59,7 +59,9 @@ public final class SyncClient: Sendable {
     /// for every rule); conflicts are settled by `policy` if given, else by the table's policy,
     /// else by the client's. Every changed row gets a server-origin log entry carrying a
     /// ``MergeAudit`` of the decisions. A row set aside (``rejectedRows()``) that the merge
-    /// leaves without local changes is taken off that list.
+    /// leaves without local changes is taken off that list. With a batch in flight, a server
+    /// delete that changes nothing here is noted for the batch's acknowledgement
+    /// (`AckRules.remembersDelete`).
     ///
     /// - Throws: `StrataError`: `tableNotFound`, `fieldNotFound`, `typeMismatch`, `missingField`
     ///   (a row without its key, or a new row without a required field), `invalidKey`,
@@ -88,10 +90,14 @@ public final class SyncClient: Sendable {
                 throw StrataError(.invalidOperation, "the delta continues from anchor '\(since)' but the store is at \(current.map { "'\($0)'" } ?? "no anchor"); pull again from the stored anchor")
             }
             var report = MergeReport()
+            // With a batch in flight, the deletes its acknowledgement must meet (`AckRules.remembersDelete`).
+            let inserting = Set(try Self.inFlight(tx)?.changes.filter { $0.kind == .insert }.map(\.table) ?? [])
+            var deletes: [RowChange] = []
             for table in delta.tables {
                 let p = policy ?? tablePolicies[table.table] ?? self.policy
-                try mergeTable(table, mode: delta.mode, anchor: delta.anchor, policy: p, tx: tx, report: &report)
+                try mergeTable(table, mode: delta.mode, anchor: delta.anchor, policy: p, inserting: inserting, deletes: &deletes, tx: tx, report: &report)
             }
+            try Self.noteServerDeletes(deletes, tx)
             try Self.dropSettledRejected(in: Set(delta.tables.map(\.table)), tx)
             try tx.setProperty(Self.anchorProperty, .string(delta.anchor))
             // A dry run throws out of the transaction, so nothing is committed.
@@ -100,7 +106,10 @@ public final class SyncClient: Sendable {
         }
     }
 
-    private func mergeTable(_ delta: TableDelta, mode: ServerDelta.Mode, anchor: String, policy: ConflictPolicy, tx: Transaction, report: inout MergeReport) throws {
+    private func mergeTable(
+        _ delta: TableDelta, mode: ServerDelta.Mode, anchor: String, policy: ConflictPolicy,
+        inserting: Set<String>, deletes: inout [RowChange], tx: Transaction, report: inout MergeReport
+    ) throws {
         let snap = try tx.snapshot
         let schema = try snap.schema(delta.table)
         let keyFields = Set(schema.primaryKey)
@@ -149,6 +158,9 @@ public final class SyncClient: Sendable {
             let k = existing?.key ?? key
             guard seen.insert(k).inserted else {
                 throw StrataError(.invalidOperation, "\(context(k)) is listed twice")
+            }
+            if AckRules.remembersDelete(local: existing, table: delta.table, inserting: inserting) {
+                deletes.append(RowChange(table: delta.table, key: k, kind: .delete))
             }
             try apply(.delete, table: delta.table, key: k, local: existing, server: nil, anchor: anchor, policy: policy, tx: tx, report: &report)
         }

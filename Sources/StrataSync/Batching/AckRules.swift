@@ -22,6 +22,9 @@ import Strata
 /// - **a server key a merge already brought** (an app that merges between `nextBatch()` and
 ///   `acknowledge(_:)`): the row under the client key, acknowledged, meets the server's row that
 ///   the merge stored under the server key, by the merge rules (``ontoMerged``).
+/// - **a row the server deleted since it applied the batch** (the same apps): the merge of that
+///   delete changes nothing here, so it is noted (``remembersDelete``), and the accepted insert
+///   meets it by the merge rules as a server delete (``ontoMerged`` with no merged row).
 package enum AckRules {
     /// `change` as the server stored it: a field of a declared association that names a parent
     /// this acknowledgement has already moved to a server key (`rekeyed`: parent table → client
@@ -131,6 +134,28 @@ package enum AckRules {
         var values = merged.fields.mapValues(\.current)
         for f in acked.fields.keys where values[f] == nil { values[f] = .null }
         return merge(.upsert(values))
+    }
+
+    /// Whether a merge notes the server's delete of a row for the acknowledgement of the batch in
+    /// flight: the batch inserts into the row's table (`inserting`: the tables it inserts into)
+    /// and the delete leaves the store as it is — no row under that key (the key the server gave
+    /// an insert, before the acknowledgement moves the row there), or a local insert (the insert
+    /// itself, under the key the server kept: the merge rules keep a local insert that the server
+    /// deletes, as a row the server never had). The acknowledgement of an accepted insert whose
+    /// row the server deleted meets the delete by the merge rules, as if it had come before the
+    /// merge: an unchanged row is removed; one edited since the freeze is a local update against
+    /// a server delete, for the table's policy; one deleted here too is gone.
+    ///
+    /// Why: otherwise the acknowledgement stores as a clean server row one the server created and
+    /// deleted since, and no later delta names that row again: client and server differ for good
+    /// (an edit made since the freeze is uploaded as an update of a row the server no longer has,
+    /// answered `conflict`, for ever). The delete is taken as newer than the acknowledgement, as a
+    /// merged row is (``ontoMerged``): a server's key is new when it creates the row, and a key the
+    /// client chose was free on the server when the batch came unless two clients chose it, which
+    /// keys made to be unique rule out. Only a delta's listed deletes are noted: a row a snapshot
+    /// leaves out may be one the server has not created yet.
+    static func remembersDelete(local: Row?, table: String, inserting: Set<String>) -> Bool {
+        inserting.contains(table) && (local == nil || local?.status == .inserted)
     }
 
     /// Whether a row holds anything the server has not confirmed.

@@ -42,6 +42,9 @@ extension SyncClient {
     static let inFlightProperty = "strata.sync.batch.inflight"
     static let batchStateProperty = "strata.sync.batch.state"
     static let frozenAtProperty = "strata.sync.batch.frozenAt"
+    /// The server's deletes merged while the batch was in flight that its acknowledgement must
+    /// meet (`AckRules.remembersDelete`), as `WireFormat`-encoded delete changes.
+    static let serverDeletesProperty = "strata.sync.batch.serverDeletes"
     /// The log pin held while a batch is in flight.
     static let batchPin = "strata.sync.batch"
     static let batchNumberProperty = "strata.sync.batch.number"
@@ -239,7 +242,9 @@ extension SyncClient {
     // MARK: Acknowledgements
 
     /// Applies the server's answer to the batch in flight, row by row, in one transaction, and
-    /// ends the batch. An ack for a batch already acknowledged is recognised and ignored.
+    /// ends the batch. An ack for a batch already acknowledged is recognised and ignored. An
+    /// accepted insert whose row a merge since the freeze saw the server delete (the app pulled
+    /// before acknowledging) meets that delete by the merge rules (`AckRules.remembersDelete`).
     ///
     /// - Throws: `StrataError` `invalidOperation` for an ack that does not match the batch in
     ///   flight: another batch id, a missing, extra or repeated row result, an error without a
@@ -268,6 +273,7 @@ extension SyncClient {
                     throw StrataError(.corruptRecord, "the store is damaged: the in-flight batch was frozen at LSN \(frozen) (property \(Self.frozenAtProperty))")
                 }
                 let frozenAt = UInt64(frozen)
+                let serverDeletes = try Self.serverDeletes(tx)
                 var report = AckReport()
                 var rejected = try Self.rejected(tx)
                 // Parent table → client key → server key, for the rows this ack has rekeyed so far
@@ -287,11 +293,18 @@ extension SyncClient {
                         }
                         let state = AckRules.ok(change, local: local, serverValues: result.serverValues ?? [:])
                         if let newKey = result.newKey, newKey != change.key {
-                            try rekey(change, to: newKey, state: state, frozenAt: frozenAt, tx: tx)
+                            let deleted = serverDeletes.contains(Self.rowID(change.table, newKey))
+                            try rekey(change, to: newKey, state: state, frozenAt: frozenAt, deletedSince: deleted, tx: tx)
                             if change.key.values.count == 1, newKey.values.count == 1 {
                                 rekeyed[change.table, default: [:]][change.key.values[0]] = newKey.values[0]
                             }
                             report.rekeyed += 1
+                        } else if let state, change.kind == .insert, serverDeletes.contains(Self.rowID(change.table, change.key)) {
+                            // The server kept the client's key, and a merge since the freeze saw
+                            // it delete the row (`AckRules.remembersDelete`). Without a merged
+                            // row, `ontoMerged` always decides: a server delete.
+                            let outcome = try ontoMerged(state, merged: nil, change, key: change.key, tx: tx)!
+                            try storeMerged(outcome, change.table, key: change.key, tx: tx)
                         } else {
                             try tx.setRowState(change.table, key: change.key, state, kind: .acknowledge, origin: .server, annotation: Array(batch.id.utf8))
                         }
@@ -320,6 +333,7 @@ extension SyncClient {
                 try tx.setProperty(Self.inFlightProperty, nil)
                 try tx.setProperty(Self.batchStateProperty, nil)
                 try tx.setProperty(Self.frozenAtProperty, nil)
+                try tx.setProperty(Self.serverDeletesProperty, nil)
                 try tx.unpinLog(Self.batchPin)
                 try tx.setProperty(Self.lastAckProperty, .string(batch.id))
                 return report
@@ -361,32 +375,19 @@ extension SyncClient {
     /// stored child changes in that field only, and keeps a conflict: `AckRules.followingParent`).
     ///
     /// A merge since the freeze may already have brought the row under the server's key (the app
-    /// pulled before acknowledging): the two are brought together by `AckRules.ontoMerged`.
-    private func rekey(_ change: RowChange, to newKey: RowKey, state: RowState?, frozenAt: UInt64, tx: Transaction) throws {
+    /// pulled before acknowledging), or deleted it there (`deletedSince`, noted by the merge: see
+    /// `AckRules.remembersDelete`): the two are brought together by `AckRules.ontoMerged`.
+    private func rekey(_ change: RowChange, to newKey: RowKey, state: RowState?, frozenAt: UInt64, deletedSince: Bool, tx: Transaction) throws {
         let note = Array("rekey \(change.key) → \(newKey)".utf8)
         let existing = try tx.row(change.table, key: newKey, includingDeleted: true)
-        if let state, try Self.mergedSince(frozenAt, change.table, newKey, tx) {
-            let keyFields = Set(try tx.snapshot.schema(change.table).primaryKey)
-            var acked = state
-            // `ok` reads an insert's sent values, key included; the merge compares non-key fields only.
-            acked.fields = acked.fields.filter { !keyFields.contains($0.key) }
+        if let state, try Self.mergedSince(frozenAt, change.table, newKey, tx) || (deletedSince && existing == nil) {
             let merged = try existing.map { try Self.state(of: $0, tx.snapshot) }
-            let policy = tablePolicies[change.table] ?? self.policy
-            guard let outcome = AckRules.ontoMerged(
-                acked, merged: merged, table: change.table, key: newKey,
-                localTimestamp: { Self.lastLocalEdit(change.table, change.key, tx) }, policy: policy
-            ) else {
+            guard let outcome = try ontoMerged(state, merged: merged, change, key: newKey, tx: tx) else {
                 throw StrataError(.invalidOperation, "the server's key \(newKey) for row \(change.table) \(change.key) names a row a merge brought after the batch was frozen, and both rows hold local edits since; no rule chooses between them: copy what should stay onto row \(change.key), revert row \(newKey), then acknowledge again (nothing was applied)")
             }
             try tx.setRowState(change.table, key: change.key, nil, kind: .acknowledge, origin: .server, annotation: note)
             if outcome.state != merged || outcome.conflict != nil {
-                // Audited like a merge: the decisions are the merge rules'.
-                let audit = MergeAudit(
-                    anchor: try tx.property(Self.anchorProperty)?.stringValue ?? "", serverVersion: nil, conflict: outcome.conflict?.kind,
-                    resolution: outcome.resolution?.kind, policy: outcome.conflict == nil ? nil : policy.kind,
-                    decisions: outcome.decisions
-                )
-                try tx.setRowState(change.table, key: newKey, outcome.state, kind: .acknowledge, origin: .server, annotation: audit.encoded)
+                try storeMerged(outcome, change.table, key: newKey, tx: tx)
             }
         } else {
             guard existing == nil else {
@@ -404,6 +405,48 @@ extension SyncClient {
                 try tx.setRowState(a.child, key: row.key, s, kind: .acknowledge, origin: .server, annotation: note)
             }
         }
+    }
+
+    /// `AckRules.ontoMerged` for the accepted insert `change`, acknowledged as `state`, and the row
+    /// a merge since the freeze left under `key` (`merged`; `nil` when the server deleted it).
+    private func ontoMerged(_ state: RowState, merged: RowState?, _ change: RowChange, key: RowKey, tx: Transaction) throws -> MergeOutcome? {
+        let keyFields = Set(try tx.snapshot.schema(change.table).primaryKey)
+        var acked = state
+        // `ok` reads an insert's sent values, key included; the merge compares non-key fields only.
+        acked.fields = acked.fields.filter { !keyFields.contains($0.key) }
+        return AckRules.ontoMerged(
+            acked, merged: merged, table: change.table, key: key,
+            localTimestamp: { Self.lastLocalEdit(change.table, change.key, tx) }, policy: tablePolicies[change.table] ?? policy
+        )
+    }
+
+    /// Stores what `ontoMerged` decided under `key`, audited like a merge: the decisions are the
+    /// merge rules'.
+    private func storeMerged(_ outcome: MergeOutcome, _ table: String, key: RowKey, tx: Transaction) throws {
+        let policy = tablePolicies[table] ?? self.policy
+        let audit = MergeAudit(
+            anchor: try tx.property(Self.anchorProperty)?.stringValue ?? "", serverVersion: nil, conflict: outcome.conflict?.kind,
+            resolution: outcome.resolution?.kind, policy: outcome.conflict == nil ? nil : policy.kind,
+            decisions: outcome.decisions
+        )
+        try tx.setRowState(table, key: key, outcome.state, kind: .acknowledge, origin: .server, annotation: audit.encoded)
+    }
+
+    /// Adds `deletes` to the server's deletes the batch in flight must meet (`AckRules.remembersDelete`).
+    static func noteServerDeletes(_ deletes: [RowChange], _ tx: Transaction) throws {
+        guard !deletes.isEmpty else { return }
+        var all: [RowChange] = []
+        if let b = try tx.property(serverDeletesProperty)?.bytesValue {
+            all = try WireFormat.decode([RowChange].self, from: Data(b))
+        }
+        all += deletes
+        try tx.setProperty(serverDeletesProperty, .bytes(Array(try WireFormat.encoder.encode(all))))
+    }
+
+    /// The rows the server deleted while the batch in flight was, as noted by merges.
+    static func serverDeletes(_ tx: Transaction) throws -> Set<RowID> {
+        guard let b = try tx.property(serverDeletesProperty)?.bytesValue else { return [] }
+        return Set(try WireFormat.decode([RowChange].self, from: Data(b)).map { rowID($0.table, $0.key) })
     }
 
     /// Whether a merge or reset changed the row after LSN `lsn`.
@@ -473,6 +516,7 @@ extension SyncClient {
         try tx.setProperty(inFlightProperty, nil)
         try tx.setProperty(batchStateProperty, nil)
         try tx.setProperty(frozenAtProperty, nil)
+        try tx.setProperty(serverDeletesProperty, nil)
         try tx.unpinLog(batchPin)
     }
 

@@ -1,0 +1,138 @@
+import Foundation
+import Strata
+import StrataSync
+import StrataTesting
+import Testing
+
+/// An app that runs the sync steps itself pushes a batch holding an insert, and before it
+/// acknowledges the batch the server deletes the row it created (another client, a back office),
+/// and the app pulls that delete. The delta names a row this device does not hold as a server
+/// row — under the server's key it holds nothing yet, under its own key a local insert, which a
+/// server delete leaves alone — so the merge changes nothing. The late acknowledgement must still
+/// end with the row the server no longer has gone here (or, with local edits since the freeze, in
+/// the conflict a server delete of an edited row is); storing it as a clean server row left client
+/// and server apart for good, since no later delta names the row again.
+@Suite struct LateAckTests {
+    /// What the app does between freezing the batch (an insert of priority `clientKey`, named
+    /// "urgent") and acknowledging it.
+    enum Order: String, CaseIterable, Sendable {
+        /// Push, the server deletes the row, pull and merge, then acknowledge.
+        case mergeThenAck = "merge, then acknowledge"
+        /// Push, acknowledge, the server deletes the row, then pull and merge.
+        case ackThenMerge = "acknowledge, then merge"
+    }
+
+    /// Runs one case and returns the row under the server's key right after the acknowledgement
+    /// (and the merge, for `ackThenMerge`), for `check`; then syncs once and expects client and
+    /// server equal, unless `converges` is false (a conflict the app has to resolve first).
+    func lateAck(
+        _ name: String, serverKey: Int64?, order: Order = .mergeThenAck, policy: ConflictPolicy = .serverWins,
+        afterFreeze: (@Sendable (Transaction, RowKey) throws -> Void)? = nil,
+        converges: Bool = true, check: (Row?, SyncClient) throws -> Void = { row, _ in #expect(row == nil) }
+    ) async throws {
+        let clientKey: Int64 = serverKey == nil ? 7 : -1
+        let label = "\(name) (\(serverKey == nil ? "the client's key kept" : "rekeyed"), \(order.rawValue), \(policy.kind))"
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(priorities)
+            let server = InMemorySyncServer { c in
+                if let serverKey, c.kind == .insert { return .ok(c.table, c.key, newKey: RowKey(.int(serverKey))) }
+                return nil
+            }
+            let sync = SyncClient(store: store, policy: policy)
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.insert("priorities", ["id": .int(clientKey), "name": "urgent"]) }
+            let batch = try #require(try sync.nextBatch())
+            if let afterFreeze { try await store.write { try afterFreeze($0, RowKey(.int(clientKey))) } }
+            let ack = try await server.push(batch)
+            let finalKey = RowKey(.int(serverKey ?? clientKey))
+            #expect(server.rows("priorities")[finalKey]?["name"] == "urgent", "\(label): the server did not create the row")
+
+            switch order {
+            case .mergeThenAck:
+                server.write("priorities", key: finalKey, nil)
+                try sync.merge(try await server.pull(since: try sync.anchor()))
+                try sync.acknowledge(ack)
+            case .ackThenMerge:
+                try sync.acknowledge(ack)
+                server.write("priorities", key: finalKey, nil)
+                try sync.merge(try await server.pull(since: try sync.anchor()))
+            }
+            #expect(try sync.inFlightBatch() == nil, "\(label): the batch is still in flight")
+            // The note of the server's delete ends with the batch.
+            #expect(try await store.read { try $0.property("strata.sync.batch.serverDeletes") } == nil, "\(label)")
+            if serverKey != nil {
+                #expect(try await store.read { try $0.row("priorities", key: RowKey(.int(clientKey)), includingDeleted: true) } == nil, "\(label)")
+            }
+            try check(try await store.read { try $0.row("priorities", key: finalKey, includingDeleted: true) }, sync)
+            #expect(try store.verify().isConsistent, "\(label)")
+            guard converges else { return }
+
+            _ = try await sync.sync(with: server)
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty, "\(label)")
+            #expect(serverRows(server, "priorities") == (try clientRows(store, "priorities")), "\(label): client and server differ")
+        }
+    }
+
+    /// The reported sequence: pushed, created, deleted on the server, pulled, then acknowledged.
+    /// Both ways round, under the server's key and under the client's.
+    @Test(arguments: [Int64(100), nil])
+    func aRowTheServerDeletedBeforeTheLateAckIsGone(serverKey: Int64?) async throws {
+        for order in Order.allCases {
+            try await lateAck("nothing else", serverKey: serverKey, order: order)
+        }
+    }
+
+    /// Deleted on this device too, since the freeze: both sides agree, nothing is left to upload.
+    @Test(arguments: [Int64(100), nil])
+    func deletedHereAndThere(serverKey: Int64?) async throws {
+        try await lateAck("deleted here since the freeze", serverKey: serverKey, afterFreeze: { tx, key in
+            try tx.delete("priorities", key: key)
+        })
+    }
+
+    /// Edited on this device since the freeze: the server deleted a row holding a local edit,
+    /// which the merge rules settle by the policy (`localUpdateServerDelete`): server wins
+    /// removes it, client wins uploads it again as an insert, deferred keeps it in conflict.
+    @Test(arguments: [Int64(100), nil])
+    func editedHereSinceTheFreeze(serverKey: Int64?) async throws {
+        let edit: @Sendable (Transaction, RowKey) throws -> Void = { tx, key in try tx.update("priorities", key: key, ["name": "mine"]) }
+        try await lateAck("edited here, server wins", serverKey: serverKey, policy: .serverWins, afterFreeze: edit)
+        try await lateAck("edited here, client wins", serverKey: serverKey, policy: .clientWins, afterFreeze: edit) { row, _ in
+            #expect(row?["name"] == "mine" && row?.status == .inserted, "\(String(describing: row))")
+        }
+        try await lateAck("edited here, deferred", serverKey: serverKey, policy: .deferred, afterFreeze: edit, converges: false) { row, sync in
+            #expect(row?["name"] == "mine" && row?.isConflicted == true, "\(String(describing: row))")
+            let conflicts = try sync.conflicts()
+            #expect(conflicts.count == 1 && conflicts.first?.isDeletedOnServer == true && conflicts.first?.fields == ["name"], "\(conflicts)")
+        }
+        // Ack first: the acknowledged row meets the delete in the merge, by the same rule.
+        try await lateAck("edited here, client wins", serverKey: serverKey, order: .ackThenMerge, policy: .clientWins, afterFreeze: edit) { row, _ in
+            #expect(row?["name"] == "mine" && row?.status == .inserted, "\(String(describing: row))")
+        }
+    }
+
+    /// The server deleted the row and another client inserted one under the same key before the
+    /// pull: the delta carries the new row, which the acknowledgement meets as before.
+    @Test func aDeleteThenARowUnderTheSameKey() async throws {
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(priorities)
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store)
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.insert("priorities", ["id": 7, "name": "urgent"]) }
+            let batch = try #require(try sync.nextBatch())
+            let ack = try await server.push(batch)
+            server.write("priorities", key: 7, nil)
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            server.write("priorities", key: 7, ["name": "theirs"])
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            try sync.acknowledge(ack)
+            let row = try #require(try await store.read { try $0.row("priorities", key: 7) })
+            #expect(row["name"] == "theirs" && !row.isPending)
+            _ = try await sync.sync(with: server)
+            #expect(serverRows(server, "priorities") == (try clientRows(store, "priorities")))
+        }
+    }
+}
