@@ -51,6 +51,13 @@ package struct RowState: Sendable, Hashable {
     /// The current value of `field`.
     package subscript(field: String) -> Value { fields[field]?.current ?? .null }
 
+    /// Whether the device changed the row since the server last confirmed it: inserted,
+    /// deleted, or a field whose current value differs from its original. A conflict mark alone
+    /// does not count (callers that care ask ``isConflicted`` too).
+    package var hasLocalValueChanges: Bool {
+        isInserted || isDeleted || fields.values.contains { $0.original != $0.current }
+    }
+
     /// The fields in conflict, sorted.
     package var conflictingFields: [String] { fields.filter(\.value.isInConflict).keys.sorted() }
 

@@ -160,7 +160,7 @@ package enum AckRules {
 
     /// Whether a row holds anything the server has not confirmed.
     private static func hasLocalChanges(_ state: RowState) -> Bool {
-        state.isInserted || state.isDeleted || state.isConflicted || state.fields.values.contains { $0.original != $0.current }
+        state.isConflicted || state.hasLocalValueChanges
     }
 
     static func rollback(_ change: RowChange, local: RowState?, serverValues: [String: Value]?) -> RowState? {

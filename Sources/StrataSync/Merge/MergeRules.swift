@@ -358,8 +358,7 @@ enum MergeRules {
     /// ones is still the app's, and until it does the batcher holds the row back.
     static func reset(local: RowState?, server: [String: Value]?, keepLocalChanges: Bool) -> RowState? {
         guard var state = resetValues(local: local, server: server, keepLocalChanges: keepLocalChanges) else { return nil }
-        if keepLocalChanges, let local, local.isConflicted,
-           state.isInserted || state.isDeleted || state.fields.values.contains(where: { $0.original != $0.current }) {
+        if keepLocalChanges, let local, local.isConflicted, state.hasLocalValueChanges {
             state.isConflicted = true
             for f in local.conflictingFields { state.fields[f, default: .clean(.null)].isInConflict = true }
         }
@@ -368,7 +367,7 @@ enum MergeRules {
 
     private static func resetValues(local: RowState?, server: [String: Value]?, keepLocalChanges: Bool) -> RowState? {
         let fresh = server.map { RowState(fields: $0.filter { !$0.value.isNull }.mapValues(RowState.Field.clean)) }
-        guard keepLocalChanges, let local, local.isInserted || local.isDeleted || local.fields.values.contains(where: { $0.original != $0.current }) else {
+        guard keepLocalChanges, let local, local.hasLocalValueChanges else {
             return fresh
         }
         if local.isDeleted { return fresh.map { var s = $0; s.isDeleted = true; return s } }
