@@ -126,6 +126,100 @@ import Testing
             #expect(try await store.read { try $0.pendingRows() }.map(\.key) == [7])
         }
     }
+
+    // An app that runs the steps itself (`nextBatch`, its own upload, `acknowledge`) settles a
+    // refusal with `settleRefusal`, as `sync` does.
+
+    @Test func anAppsOwnUploadSettlesAReusedIdAndItsEditReachesTheServer() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store, policy: .clientWins)
+            try await store.write { try $0.insert("tasks", ["id": 1, "title": "zero"]) }
+            _ = try await sync.sync(with: server)
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("bc-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: file) }
+            try store.exportBriefcase(to: file)
+            try await store.write { try $0.update("tasks", key: 1, ["title": "first"]) }
+            _ = try await sync.sync(with: server)
+            try store.importBriefcase(from: file, restoringProperties: true)
+            try await store.write { try $0.update("tasks", key: 1, ["title": "second"]) }
+
+            let reused = try #require(try sync.nextBatch())
+            #expect(reused.id == "\(store.clientID)-2")
+            var refusal: BatchRefused? = nil
+            do { _ = try await server.push(reused) } catch let r as BatchRefused { refusal = r }
+            let refused = try #require(refusal)
+            #expect(try sync.settleRefusal(refused, of: reused) == .refreeze(maxBytes: nil))
+            #expect(try sync.inFlightBatch() == nil)
+            // The restored store's originals are older than the server's row: pull first, as
+            // `sync` does, so that the update goes up against the server's values.
+            _ = try sync.merge(try await server.pull(since: try sync.anchor()))
+            let batch = try #require(try sync.nextBatch())
+            #expect(batch.id == "\(store.clientID)-3")
+            let report = try sync.acknowledge(try await server.push(batch))
+            #expect(report.acknowledged == 1)
+            #expect(server.rows("tasks")[1]?["title"] == "second")
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+        }
+    }
+
+    @Test func anAppsOwnUploadSettlesAnInvalidBatchBySettingItsRowsAside() async throws {
+        try await withStoreAsync { store in
+            let sync = SyncClient(store: store)
+            try await store.write { tx in for i in 1...2 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t\(i)"]) } }
+            let batch = try #require(try sync.nextBatch())
+            let outcome = try sync.settleRefusal(BatchRefused(.invalid, message: "bad batch"), of: batch)
+            guard case .setAside(let report) = outcome else { Issue.record("\(outcome)"); return }
+            #expect(report.setAside == 2)
+            #expect(try sync.inFlightBatch() == nil)
+            #expect(try sync.rejectedRows().map(\.key) == [1, 2])
+            #expect(try sync.rejectedRows().allSatisfy { $0.reason == "the server refused the batch that carried this row: bad batch" })
+            // Set aside, not lost: the rows keep their edits.
+            #expect(try await store.read { try $0.pendingRows() }.count == 2)
+            #expect(try sync.nextBatch() == nil)
+        }
+    }
+
+    @Test func anAppsOwnUploadSettlesABatchTooLargeByFreezingItSmaller() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store)
+            try await store.write { tx in
+                for i in 1...20 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": .string(String(repeating: "x", count: 100))]) }
+            }
+            let whole = try #require(try sync.nextBatch())
+            let size = try WireFormat.encode(whole).count
+            #expect(try sync.settleRefusal(BatchRefused(.tooLarge, message: "too big"), of: whole) == .refreeze(maxBytes: size / 2))
+            var acknowledged = 0
+            var batches = 0
+            while let batch = try sync.nextBatch(maxBytes: size / 2) {
+                #expect(try WireFormat.encode(batch).count <= size / 2)
+                acknowledged += try sync.acknowledge(try await server.push(batch)).acknowledged
+                batches += 1
+            }
+            #expect(batches >= 2 && acknowledged == 20)
+            #expect(server.rows("tasks").count == 20)
+        }
+    }
+
+    @Test func aRefusalOfABatchNotInFlightIsRefusedAndChangesNothing() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store)
+            try await store.write { try $0.insert("tasks", ["id": 1, "title": "t"]) }
+            let batch = try #require(try sync.nextBatch())
+            _ = try sync.acknowledge(try await server.push(batch))
+            try await store.write { try $0.insert("tasks", ["id": 2, "title": "u"]) }
+            let next = try #require(try sync.nextBatch())
+            #expect(throws: StrataError.self) { try sync.settleRefusal(BatchRefused(.invalid, message: "late"), of: batch) }
+            #expect(try sync.inFlightBatch()?.batch == next)
+            #expect(try sync.rejectedRows().isEmpty)
+            // A reused id without the server's highest number: nothing to settle it with.
+            #expect(throws: StrataError.self) { try sync.settleRefusal(BatchRefused(.idReused, message: "seen"), of: next) }
+            #expect(try sync.inFlightBatch()?.batch == next)
+            #expect(try await store.read { try $0.pendingRows() }.map(\.key) == [2])
+        }
+    }
 }
 
 /// Passes pulls and pushes on to an ``InMemorySyncServer``, but throws the refusal `refuse`

@@ -175,6 +175,57 @@ extension SyncClient {
 
     // MARK: Refusals
 
+    /// What ``settleRefusal(_:of:)`` did with a batch the server refused as a whole.
+    public enum RefusalOutcome: Sendable, Hashable {
+        /// The batch was dropped. Its rows are still pending and go up in the next batch:
+        /// call ``nextBatch(maxRows:maxBytes:)`` again, with `maxBytes` at most `maxBytes` when
+        /// it is given (the server refused the batch as too large).
+        case refreeze(maxBytes: Int?)
+        /// Every row of the batch was set aside with the server's message as its reason, as if
+        /// the server's acknowledgement had said so (``rejectedRows()``), and the batch is over.
+        /// The report is that acknowledgement's.
+        case setAside(AckReport)
+    }
+
+    /// Settles a refusal that an app's own upload got for the batch in flight, as ``sync(with:maxAttempts:backoff:maxBatchRows:maxBatchBytes:onReset:progress:)``
+    /// does for its uploads, so that the rows do not stay stuck behind a batch the server will
+    /// never take:
+    /// - ``BatchRefused/Reason/idReused``: the batch is dropped and the batch counter moves past
+    ///   the server's highest number for this client; the next batch has an id the server has
+    ///   not seen ("refreeze").
+    /// - ``BatchRefused/Reason/tooLarge``: a batch of several rows is dropped, to be frozen again
+    ///   at half its encoded size ("refreeze" with that size); a single row too large by itself
+    ///   is set aside.
+    /// - ``BatchRefused/Reason/invalid``: every row of the batch is set aside; sending them again
+    ///   would be refused again.
+    ///
+    /// A row set aside keeps its local changes and waits in ``rejectedRows()`` for the app.
+    ///
+    /// - Throws: `StrataError` `invalidOperation` when `batch` is not the batch in flight, or
+    ///   for a reused id without the server's highest batch number (no free id can be known:
+    ///   the batch stays in flight, and `sync` would throw the refusal itself). Nothing changes
+    ///   then.
+    @discardableResult
+    public func settleRefusal(_ refused: BatchRefused, of batch: Batch) throws(StrataError) -> RefusalOutcome {
+        // Checked first: an acknowledgement of a batch already over is otherwise taken as a
+        // repeat and ignored, and the app would not learn that it settled the wrong batch.
+        guard try inFlightBatch()?.batch.id == batch.id else {
+            throw StrataError(.invalidOperation, "batch \(batch.id) is not the batch in flight; only that batch's refusal can be settled")
+        }
+        let settlement: Settlement
+        do {
+            settlement = try settle(refused, of: batch)
+        } catch let error as StrataError {
+            throw error
+        } catch {
+            throw StrataError(.invalidOperation, "the server refused batch \(batch.id) as \(refused.reason) without saying its highest batch number for this client, so no free id can be known; the batch stays in flight (\(refused.message))")
+        }
+        switch settlement {
+        case .refreeze(let maxBytes): return .refreeze(maxBytes: maxBytes)
+        case .answer(let ack): return .setAside(try acknowledge(ack))
+        }
+    }
+
     /// What ``settle(_:of:)`` made of a batch the server refused as a whole.
     enum Settlement {
         /// The batch was dropped; its rows, still pending, are frozen again by the next
