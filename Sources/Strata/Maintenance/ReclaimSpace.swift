@@ -10,7 +10,9 @@ extension Store {
     /// file stops growing without this; call it to give the space back to the disk.
     ///
     /// The store must be closed everywhere: every ``Store`` on the folder holds a shared lock on
-    /// `strata.lock` there, and this call takes it exclusively. Stores opened meanwhile wait.
+    /// `strata.lock` there, and this call takes it exclusively (trying for up to a quarter of a
+    /// second, since a closed store's lock can linger in a child process being started). Stores
+    /// opened meanwhile wait.
     ///
     /// - Throws: ``StrataError`` `busy` when the store is open (in this process or another),
     ///   `io` when there is no store at `path`, `diskFull` when the copy does not fit.
@@ -79,7 +81,8 @@ extension Store {
     }
 
     /// Opens `strata.lock` in `folder` and takes a shared (open stores) or exclusive
-    /// (``reclaimSpace(at:)``, without waiting) `flock` on it. Returns the descriptor holding it.
+    /// (``reclaimSpace(at:)``, waiting a quarter of a second at most) `flock` on it. Returns the
+    /// descriptor holding it.
     static func lockFolder(_ folder: String, exclusive: Bool) throws(StrataError) -> Int32 {
         var fd = open(folder + "/strata.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         if fd < 0 && !exclusive && (errno == EACCES || errno == EROFS || errno == EPERM) {
@@ -92,9 +95,19 @@ extension Store {
         guard fd >= 0 else {
             throw StrataError(.io, "cannot open '\(folder)/strata.lock': \(String(cString: strerror(errno)))")
         }
+        // A shared lock can outlive its Store for a moment: a child process that another
+        // thread of this process is starting holds a copy of every descriptor until it runs its
+        // program (close-on-exec closes it only then). So the exclusive lock is tried for a
+        // quarter of a second before the store is reported open.
+        var tries = 0
         while flock(fd, exclusive ? LOCK_EX | LOCK_NB : LOCK_SH) != 0 {
             let error = errno
             if error == EINTR { continue }
+            if error == EWOULDBLOCK && tries < 25 {
+                tries += 1
+                usleep(10_000)
+                continue
+            }
             closeDescriptor(fd)
             if error == EWOULDBLOCK {
                 throw StrataError(.busy, "the store at '\(folder)' is open (in this or another process); close every Store on it first")
