@@ -135,4 +135,94 @@ import Testing
             #expect(serverRows(server, "priorities") == (try clientRows(store, "priorities")))
         }
     }
+
+    /// Found by `ManualStepConvergenceTests`: the same, but the app's first pull comes after the
+    /// push, so it is a snapshot, which lists no deletes. A row a snapshot leaves out is not noted
+    /// for the acknowledgement (the server may not have created it yet when the snapshot was
+    /// taken), so the acknowledgement stores it as a clean server row, and no later delta names
+    /// it: client and server differ for good, and an edit of the row is answered `conflict` for
+    /// ever. Known issue: telling the two apart needs to know whether the snapshot was taken
+    /// before or after the server applied the batch.
+    @Test func aSnapshotLeavesOutARowTheServerDeletedBeforeTheLateAck() async throws {
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(priorities)
+            let server = InMemorySyncServer { c in c.kind == .insert ? .ok(c.table, c.key, newKey: 100) : nil }
+            let sync = SyncClient(store: store)
+            try await store.write { try $0.insert("priorities", ["id": -1, "name": "urgent"]) }
+            let batch = try #require(try sync.nextBatch())
+            let ack = try await server.push(batch)
+            server.write("priorities", key: 100, nil)
+            try sync.merge(try await server.pull(since: nil))
+            try sync.acknowledge(ack)
+            _ = try await sync.sync(with: server)
+            let row = try await store.read { try $0.row("priorities", key: 100) }
+            let rows = try clientRows(store, "priorities")
+            withKnownIssue("a row a snapshot leaves out is not taken as a server delete for the batch in flight") {
+                #expect(row == nil)
+                #expect(serverRows(server, "priorities") == rows)
+            }
+        }
+    }
+}
+
+/// Found by `ManualStepConvergenceTests`: the server kept the client's key for an insert, the app
+/// edited or deleted the row after freezing the batch, then pulled before acknowledging, and the
+/// delta brought the row the server created from the batch. Acknowledging first, the edit stays
+/// pending against the sent values and the delete goes up; merging first must end the same.
+///
+/// Known issue: merged first, the row has no base. A delete made since the freeze left no row, so
+/// the merge stores the server's as new and clean; an edit made since is an insert-insert
+/// conflict with its own sent values, which server wins and last writer wins settle by dropping
+/// the edit. The acknowledgement then skips the row as superseded (a merge changed it since the
+/// freeze), and the delete or edit is lost for good. Taking the sent values as the base in the
+/// merge is not enough: the merge cannot tell the row the batch created from another writer's
+/// row under the same key (an insert-insert conflict it must keep); only the acknowledgement
+/// knows the server applied the insert.
+@Suite struct EchoBeforeAckTests {
+    /// Pushes an insert of task 7, runs `afterFreeze` (after the push), merges, acknowledges, syncs
+    /// once more; returns the server's row 7.
+    func echo(policy: ConflictPolicy, ackFirst: Bool, _ afterFreeze: @escaping @Sendable (Transaction) throws -> Void) async throws -> [String: Value]? {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store, policy: policy)
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
+            let batch = try #require(try sync.nextBatch())
+            let ack = try await server.push(batch)
+            try await store.write { try afterFreeze($0) }
+            if ackFirst { try sync.acknowledge(ack) }
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            if !ackFirst { try sync.acknowledge(ack) }
+            _ = try await sync.sync(with: server)
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+            #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")))
+            return server.rows("tasks")[7]
+        }
+    }
+
+    /// The seed's sequence, shrunk: insert, freeze, push, delete here, pull and merge, acknowledge.
+    @Test func aDeleteSinceTheFreezeIsNotLostToTheEcho() async throws {
+        let first = try await echo(policy: .serverWins, ackFirst: true) { try $0.delete("tasks", key: 7) }
+        #expect(first == nil, "acknowledged before the merge: the delete made since the freeze was lost")
+        await withKnownIssue("a merge before the acknowledgement loses a delete made since the freeze") {
+            let row = try await echo(policy: .serverWins, ackFirst: false) { try $0.delete("tasks", key: 7) }
+            #expect(row == nil, "acknowledged after the merge: the delete made since the freeze was lost")
+        }
+    }
+
+    /// The same with an edit: the server's row is the sent values, which the edit came after, so
+    /// there is no conflict whatever the policy.
+    @Test(arguments: [ConflictPolicy.serverWins, .clientWins, .lastWriterWins])
+    func anEditSinceTheFreezeIsNotLostToTheEcho(policy: ConflictPolicy) async throws {
+        let first = try await echo(policy: policy, ackFirst: true) { try $0.update("tasks", key: 7, ["title": "mine"]) }
+        #expect(first?["title"] == "mine", "\(policy.kind), acknowledged before the merge: the edit made since the freeze was lost")
+        // Client wins keeps the edit in the conflict with its own sent values.
+        try await withKnownIssue("a merge before the acknowledgement drops an edit made since the freeze") {
+            let row = try await echo(policy: policy, ackFirst: false) { try $0.update("tasks", key: 7, ["title": "mine"]) }
+            #expect(row?["title"] == "mine", "\(policy.kind), acknowledged after the merge: the edit made since the freeze was lost")
+        } when: {
+            policy.kind != .clientWins
+        }
+    }
 }
