@@ -1,0 +1,497 @@
+import Foundation
+import Strata
+import StrataSync
+import StrataTesting
+import StrataWorkload
+import Testing
+
+/// A parent table whose new rows the server gives its own keys, and a child table naming them.
+let stepParents = TableSchema.fixed("sparents", primaryKey: ["id"], fields: [.int("id"), .string("name"), .string("color", nullable: true)])
+let stepChildren = TableSchema.fixed("schildren", primaryKey: ["id"], fields: [
+    .int("id"), .string("title"), .string("note", nullable: true), .int("parent", nullable: true),
+])
+let stepLink = Association(child: "schildren", field: "parent", parent: "sparents")
+
+/// Randomized convergence of several clients that run the sync steps themselves —
+/// `nextBatch()`, push, `acknowledge(_:)`, pull and `merge(_:)`, `resolve` — in random
+/// interleavings: an acknowledgement may come late, after local edits, merges, and other writers'
+/// changes; a response may be lost and the batch pushed again. The server (an
+/// `InMemorySyncServer`) gives new parent rows its own keys, and is edited directly as a third
+/// writer. At the end everyone settles, and client and server must be equal, nothing pending,
+/// every store consistent, and no edit lost (see `Oracle`).
+///
+/// `STRATA_SEED` replays a run, `STRATA_TRIAL_SEED` one trial of it, `STRATA_TRIALS` runs more trials.
+@Suite struct ManualStepConvergenceTests {
+    @Test func clientsRunningTheStepsThemselvesConvergeAndLoseNothing() async throws {
+        let seed = testSeed("clientsRunningTheStepsThemselvesConverge")
+        let trials = ProcessInfo.processInfo.environment["STRATA_TRIALS"].flatMap(Int.init) ?? 8
+        var g = SplitMix64(seed: seed)
+        var steps = 0
+        var ran = 0
+        // `STRATA_TRIAL_SEED` replays one trial alone, by the seed a failure prints for it.
+        let only = ProcessInfo.processInfo.environment["STRATA_TRIAL_SEED"].flatMap(UInt64.init)
+        for trial in 0..<(only == nil ? trials : 1) {
+            let trialSeed = only ?? g.next()
+            let sim = try StepSimulation(seed: trialSeed, clients: 3)
+            defer { sim.removeFolders() }
+            let label = "seed \(seed), trial \(trial) (trial seed \(trialSeed))"
+            // A first pull (a snapshot) before anything is in flight: a row a snapshot leaves out
+            // is not taken as a server delete for the batch in flight (see
+            // `LateAckTests.aSnapshotLeavesOutARowTheServerDeletedBeforeTheLateAck`).
+            for c in sim.clients { try await sim.pullAndMerge(c) }
+            for _ in 0..<150 { try await sim.step() }
+            try await sim.quiesce()
+            try await sim.check(label)
+            steps += sim.trace.count
+            ran += 1
+        }
+        print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps")
+    }
+}
+
+/// One client of the simulation, with what the test knows about it.
+final class StepClient {
+    let id: Int
+    let store: Store
+    let sync: SyncClient
+    let policy: ConflictPolicy
+    /// The acknowledgement received for the batch in flight, not applied yet.
+    var ack: BatchAck?
+    /// The last log entry whose audit was read.
+    var lastLSN: UInt64 = 0
+    var nextParentKey: Int64 = 1
+
+    init(id: Int, store: Store, policy: ConflictPolicy) {
+        self.id = id
+        self.store = store
+        self.policy = policy
+        self.sync = SyncClient(store: store, policy: policy, associations: [stepLink])
+    }
+}
+
+/// "No edit lost": every value a client wrote (values are unique: a client's writes are
+/// `c<client>-<n>`, the server writer's `s-<n>`) must have been on the server at some time,
+/// unless the same client overwrote that field or deleted the row before (superseded), or a
+/// conflict settled it for the server — a merge's audit records it (`conflictServer`), or the test
+/// resolved a deferred conflict with `.server`. Likewise every delete: the server must have lacked
+/// the row at some time after it, unless it was superseded (the row inserted again) or a
+/// conflict on the row went to the server. Association fields (parent keys, not unique) are left
+/// to the equality check.
+struct Oracle {
+    struct ValueIntent {
+        let client: Int
+        let table: String
+        var key: RowKey
+        let field: String
+        let value: Value
+        let step: Int
+        var superseded = false
+    }
+    struct DeleteIntent {
+        let client: Int
+        let table: String
+        var key: RowKey
+        let step: Int
+        /// The delete of a local insert (carried by the batch in flight).
+        let ofInsert: Bool
+        var done = false
+        var superseded = false
+    }
+    var values: [ValueIntent] = []
+    var deletes: [DeleteIntent] = []
+    /// "table field value" of every value the server ever held.
+    var onServer: Set<String> = []
+    /// Per client: "field value" of local values a conflict gave up for the server's.
+    var discarded: [Int: Set<String>] = [:]
+
+    static func id(_ table: String, _ field: String, _ value: Value) -> String { "\(table) \(field) \(value)" }
+
+    mutating func wrote(_ client: Int, _ table: String, _ key: RowKey, _ field: String, _ value: Value, step: Int) {
+        for i in values.indices where values[i].client == client && values[i].table == table && values[i].key == key && values[i].field == field {
+            values[i].superseded = true
+        }
+        if !value.isNull && field != "parent" {
+            values.append(ValueIntent(client: client, table: table, key: key, field: field, value: value, step: step))
+        }
+    }
+
+    mutating func inserted(_ client: Int, _ table: String, _ key: RowKey) {
+        for i in deletes.indices where deletes[i].client == client && deletes[i].table == table && deletes[i].key == key {
+            deletes[i].superseded = true
+        }
+    }
+
+    mutating func deleted(_ client: Int, _ table: String, _ key: RowKey, step: Int, ofInsert: Bool) {
+        rowGivenUp(client, table, key)
+        deletes.append(DeleteIntent(client: client, table: table, key: key, step: step, ofInsert: ofInsert))
+    }
+
+    /// The client's values in the row are gone with it (deleted here, or a delete conflict
+    /// resolved for the server).
+    mutating func rowGivenUp(_ client: Int, _ table: String, _ key: RowKey) {
+        for i in values.indices where values[i].client == client && values[i].table == table && values[i].key == key {
+            values[i].superseded = true
+        }
+    }
+
+    /// The server refused a local insert (its key was taken): a delete of it made since took
+    /// nothing from the server.
+    mutating func insertRefused(_ client: Int, _ table: String, _ key: RowKey) {
+        for i in deletes.indices where deletes[i].client == client && deletes[i].table == table && deletes[i].key == key && deletes[i].ofInsert {
+            deletes[i].done = true
+        }
+    }
+
+    /// The acknowledgement moved a client's row to the server's key.
+    mutating func rekeyed(_ client: Int, _ table: String, _ old: RowKey, _ new: RowKey) {
+        for i in values.indices where values[i].client == client && values[i].table == table && values[i].key == old { values[i].key = new }
+        for i in deletes.indices where deletes[i].client == client && deletes[i].table == table && deletes[i].key == old { deletes[i].key = new }
+    }
+
+    /// A conflict on the row went to the server: a delete of it made before is settled.
+    mutating func conflictWentToServer(_ client: Int, _ table: String, _ key: RowKey) {
+        for i in deletes.indices where deletes[i].client == client && deletes[i].table == table && deletes[i].key == key { deletes[i].done = true }
+    }
+
+    /// Records what the server holds now.
+    mutating func observe(_ server: InMemorySyncServer) {
+        for table in ["sparents", "schildren"] {
+            let rows = server.rows(table)
+            for (_, fields) in rows {
+                for (f, v) in fields { onServer.insert(Self.id(table, f, v)) }
+            }
+            // A client key (negative) never names a server row: such a delete is checked once
+            // the acknowledgement gives the row its server key (or at the end, if it never does).
+            for i in deletes.indices where !deletes[i].done && deletes[i].table == table {
+                if case .int(let k) = deletes[i].key.values[0], k > 0, rows[deletes[i].key] == nil { deletes[i].done = true }
+            }
+        }
+    }
+
+    func lost() -> [String] {
+        var lost: [String] = []
+        for v in values where !v.superseded && !onServer.contains(Self.id(v.table, v.field, v.value))
+            && !(discarded[v.client]?.contains("\(v.field) \(v.value)") ?? false) {
+            lost.append("client \(v.client)'s \(v.table) \(v.key).\(v.field) = \(v.value) (step \(v.step)) never reached the server")
+        }
+        for d in deletes where !d.superseded && !d.done {
+            if case .int(let k) = d.key.values[0], k < 0 { continue }  // never given a server key: never on the server
+            lost.append("client \(d.client)'s delete of \(d.table) \(d.key) (step \(d.step)) never reached the server")
+        }
+        return lost
+    }
+}
+
+final class StepSimulation {
+    var g: SplitMix64
+    let server: InMemorySyncServer
+    var clients: [StepClient] = []
+    var folders: [String] = []
+    var oracle = Oracle()
+    var trace: [String] = []
+    var writes = 0
+    var serverKeys: Locked<Int64>
+
+    init(seed: UInt64, clients count: Int) throws {
+        g = SplitMix64(seed: seed)
+        let keys = Locked<Int64>(1000)
+        serverKeys = keys
+        // A client inserts a parent under a key of its own (negative); the server gives it one.
+        server = InMemorySyncServer(associations: [stepLink]) { c in
+            guard c.table == "sparents", c.kind == .insert, case .int(let k) = c.key.values[0], k < 0 else { return nil }
+            let new = keys.withLock { $0 += 1; return $0 }
+            return .ok(c.table, c.key, newKey: RowKey(.int(new)))
+        }
+        let policies: [ConflictPolicy] = [.serverWins, .clientWins, .deferred, .lastWriterWins]
+        for id in 0..<count {
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-steps-\(UUID().uuidString)").path
+            folders.append(path)
+            var options = StoreOptions()
+            options.durability = .noSync
+            options.checkInvariants = true
+            let store = try Store(path: path, options: options)
+            try store.createTable(stepParents)
+            try store.createTable(stepChildren)
+            clients.append(StepClient(id: id, store: store, policy: policies[g.below(policies.count)]))
+        }
+        // A few rows to start from, which every client pulls.
+        for _ in 0..<2 { serverWrite() }
+    }
+
+    func removeFolders() {
+        for f in folders { try? FileManager.default.removeItem(atPath: f) }
+    }
+
+    func fresh(_ who: String) -> Value {
+        writes += 1
+        return .string("\(who)-\(writes)")
+    }
+
+    func note(_ s: String) { trace.append(s) }
+
+    // MARK: Steps
+
+    func step() async throws {
+        let c = clients[g.below(clients.count)]
+        switch g.below(11) {
+        case 0, 1, 2: try localEdit(c)
+        case 3: try freeze(c)
+        case 4: try await push(c)
+        case 5, 6: try acknowledge(c)
+        case 7: try await pullAndMerge(c)
+        case 8: try resolveConflicts(c)
+        default: serverWrite()
+        }
+    }
+
+    /// An insert, update or delete of a parent or child on client `c`.
+    func localEdit(_ c: StepClient) throws {
+        let parents = try c.store.read { try $0.rows("sparents") }
+        let children = try c.store.read { try $0.rows("schildren") }
+        let parentKey: Value = parents.isEmpty || g.below(4) == 0 ? .null : parents[g.below(parents.count)].key.values[0]
+        let who = "c\(c.id)"
+        let step = trace.count
+        switch g.below(8) {
+        case 0:
+            let key = RowKey(.int(-Int64(c.id * 10_000) - c.nextParentKey))
+            c.nextParentKey += 1
+            let name = fresh(who)
+            let color: Value = g.below(2) == 0 ? .null : fresh(who)
+            try c.store.write { try $0.insert("sparents", FieldValues([("id", key.values[0]), ("name", name), ("color", color)])) }
+            oracle.inserted(c.id, "sparents", key)
+            oracle.wrote(c.id, "sparents", key, "name", name, step: step)
+            oracle.wrote(c.id, "sparents", key, "color", color, step: step)
+            note("client \(c.id): insert parent \(key) name \(name) color \(color)")
+        case 1:
+            let key = RowKey(.int(Int64(1 + g.below(6))))
+            let title = fresh(who)
+            let done = (try? c.store.write { try $0.insert("schildren", FieldValues([("id", key.values[0]), ("title", title), ("parent", parentKey)])) }) != nil
+            guard done else { return }
+            oracle.inserted(c.id, "schildren", key)
+            oracle.wrote(c.id, "schildren", key, "title", title, step: step)
+            oracle.wrote(c.id, "schildren", key, "parent", parentKey, step: step)
+            note("client \(c.id): insert child \(key) title \(title) parent \(parentKey)")
+        case 2, 3, 4, 5:
+            let rows = try editable(c, parents + children)
+            guard !rows.isEmpty else { return }
+            let row = rows[g.below(rows.count)]
+            let fields = row.table == "sparents" ? ["name", "color"] : ["title", "note", "parent"]
+            let field = fields[g.below(fields.count)]
+            let value: Value = switch field {
+            case "parent": parentKey
+            case "color", "note": g.below(4) == 0 ? .null : fresh(who)
+            default: fresh(who)
+            }
+            try c.store.write { try $0.update(row.table, key: row.key, FieldValues([(field, value)])) }
+            oracle.wrote(c.id, row.table, row.key, field, value, step: step)
+            note("client \(c.id): update \(row.table) \(row.key) \(field) = \(value)")
+        default:
+            let rows = try editable(c, parents + children)
+            guard !rows.isEmpty else { return }
+            let row = rows[g.below(rows.count)]
+            // A local insert that no batch in flight carries never reached the server: deleting
+            // it takes nothing from there.
+            let carried = try c.sync.inFlightBatch()?.batch.changes.contains { $0.kind == .insert && $0.table == row.table && $0.key == row.key } ?? false
+            try c.store.write { try $0.delete(row.table, key: row.key) }
+            if row.status == .inserted && !carried {
+                oracle.rowGivenUp(c.id, row.table, row.key)
+            } else {
+                oracle.deleted(c.id, row.table, row.key, step: step, ofInsert: row.status == .inserted)
+            }
+            oracle.observe(server)  // already gone there: nothing to upload
+            note("client \(c.id): delete \(row.table) \(row.key)")
+        }
+    }
+
+    /// The rows a local edit may touch: all of them, but while `EchoBeforeAckTests` is a known
+    /// issue, not a local insert the batch in flight carries under a key the server keeps (a child;
+    /// new parents get the server's key): an edit or delete of it made before a merge that brings
+    /// the row back, ahead of the acknowledgement, is lost.
+    func editable(_ c: StepClient, _ rows: [Row]) throws -> [Row] {
+        guard Self.avoidsEchoBeforeAck, let batch = try c.sync.inFlightBatch()?.batch else { return rows }
+        let carried = Set(batch.changes.filter { $0.kind == .insert && $0.table == "schildren" }.map(\.key))
+        return rows.filter { !($0.table == "schildren" && $0.status == .inserted && carried.contains($0.key)) }
+    }
+    static let avoidsEchoBeforeAck = true
+
+    /// Freezes a batch of at most a few rows, if none is in flight.
+    func freeze(_ c: StepClient) throws {
+        guard try c.sync.inFlightBatch() == nil else { return }
+        let maxRows = 1 + g.below(4)
+        guard let batch = try c.sync.nextBatch(maxRows: maxRows) else { return }
+        note("client \(c.id): nextBatch(maxRows: \(maxRows)) → \(batch.id): \(batch.changes.map { "\($0.kind.rawValue) \($0.table) \($0.key)" })")
+    }
+
+    /// Pushes the batch in flight; now and then the response is lost (the next push gets the
+    /// server's cached answer).
+    func push(_ c: StepClient) async throws {
+        guard let (batch, _) = try c.sync.inFlightBatch() else { return }
+        try c.sync.markSent(batch)
+        let ack = try await server.push(batch)
+        oracle.observe(server)
+        let lost = g.below(4) == 0
+        if !lost { c.ack = ack }
+        note("client \(c.id): push \(batch.id) → \(ack.results.map { "\($0.key) \($0.status.rawValue)\($0.newKey.map { " → \($0)" } ?? "")" })\(lost ? " (response lost)" : "")")
+    }
+
+    /// Applies the acknowledgement received, if any.
+    func acknowledge(_ c: StepClient) throws {
+        guard let ack = c.ack, let (batch, _) = try c.sync.inFlightBatch(), batch.id == ack.batchID else { return }
+        do {
+            try c.sync.acknowledge(ack)
+        } catch {
+            guard error.code == .invalidOperation, error.message.contains("revert") else { throw error }
+            // Two edited copies of a row (see InterleavedMergeTests): the app reverts the one under
+            // the server's key, giving up its edits, and acknowledges again.
+            guard let result = try zip(batch.changes, ack.results).first(where: { change, result in
+                guard let new = result.newKey else { return false }
+                return try c.store.read { try $0.row(change.table, key: new, includingDeleted: true)?.isPending } == true
+            }) else {
+                print("the whole run:\n" + trace.joined(separator: "\n"))
+                Issue.record("client \(c.id): acknowledge refused: \(error)")
+                throw error
+            }
+            let (table, key) = (result.0.table, result.1.newKey!)
+            let row = try #require(try c.store.read { try $0.row(table, key: key, includingDeleted: true) })
+            for f in row.changedFields { oracle.discarded[c.id, default: []].insert("\(f) \(row[f])") }
+            if row.status == .deleted { oracle.inserted(c.id, table, key) }  // the delete is given up too
+            try c.store.write { try $0.revert(table, key: key) }
+            note("client \(c.id): acknowledge refused (two edited copies); revert \(table) \(key)")
+            try c.sync.acknowledge(ack)
+        }
+        c.ack = nil
+        for (change, result) in zip(batch.changes, ack.results) {
+            if let new = result.newKey, result.status == .ok { oracle.rekeyed(c.id, change.table, change.key, new) }
+            if change.kind == .insert && result.status != .ok { oracle.insertRefused(c.id, change.table, change.key) }
+        }
+        oracle.observe(server)  // a delete moved to the server's key may be of a row already gone there
+        try readAudits(c)
+        note("client \(c.id): acknowledge \(ack.batchID)")
+    }
+
+    func pullAndMerge(_ c: StepClient) async throws {
+        let anchor = try c.sync.anchor()
+        let delta = try await server.pull(since: anchor)
+        try c.sync.merge(delta)
+        try readAudits(c)
+        note("client \(c.id): merge \(anchor ?? "nil") → \(delta.anchor): \(delta.tables.map { "\($0.table) +\($0.upserts.map { $0.fields["id"]!.description }) -\($0.deletes)" })")
+    }
+
+    /// Resolves every deferred conflict, each for a random side.
+    func resolveConflicts(_ c: StepClient) throws {
+        for conflict in try c.sync.conflicts() {
+            let server = g.below(2) == 0
+            if server {
+                for (f, v) in conflict.local { oracle.discarded[c.id, default: []].insert("\(f) \(v)") }
+                if conflict.isDeletedLocally { oracle.conflictWentToServer(c.id, conflict.table, conflict.key) }
+                // The server deleted the row: its side is no row, local edits of other fields included.
+                if conflict.isDeletedOnServer { oracle.rowGivenUp(c.id, conflict.table, conflict.key) }
+            }
+            try c.sync.resolve(conflict.table, key: conflict.key, with: server ? .server : .local)
+            note("client \(c.id): resolve \(conflict.table) \(conflict.key) \(conflict.fields) → \(server ? "server" : "local")")
+        }
+        try readAudits(c)
+    }
+
+    /// Reads the audits written since the last look: values a conflict gave up for the server's.
+    func readAudits(_ c: StepClient) throws {
+        let entries = try c.store.read { try $0.operations(from: c.lastLSN + 1) }
+        for entry in entries {
+            c.lastLSN = entry.lsn
+            guard let audit = MergeAudit(entry), audit.conflict != nil, audit.resolution == .server else { continue }
+            for d in audit.decisions where d.outcome == .conflictServer {
+                oracle.discarded[c.id, default: []].insert("\(d.field) \(d.local)")
+            }
+            oracle.conflictWentToServer(c.id, entry.table, entry.key)
+        }
+    }
+
+    /// Another writer changes the server directly: a field of a row, a delete, or a new row.
+    func serverWrite() {
+        let parents = server.rows("sparents")
+        let children = server.rows("schildren")
+        let parentKey: Value = parents.isEmpty || g.below(4) == 0 ? .null : parents.keys.sorted { $0.description < $1.description }[g.below(parents.count)].values[0]
+        switch g.below(6) {
+        case 0:
+            let key = RowKey(.int(serverKeys.withLock { $0 += 1; return $0 }))
+            server.write("sparents", key: key, ["name": fresh("s"), "color": g.below(2) == 0 ? .null : fresh("s")])
+            note("server: insert parent \(key)")
+        case 1:
+            let key = RowKey(.int(Int64(1 + g.below(6))))
+            guard children[key] == nil else { return }
+            server.write("schildren", key: key, ["title": fresh("s"), "note": .null, "parent": parentKey])
+            note("server: insert child \(key)")
+        case 2, 3, 4:
+            let all = parents.map { ("sparents", $0.key, $0.value) } + children.map { ("schildren", $0.key, $0.value) }
+            guard !all.isEmpty else { return }
+            let (table, key, row) = all.sorted { "\($0.0) \($0.1)" < "\($1.0) \($1.1)" }[g.below(all.count)]
+            let fields = table == "sparents" ? ["name", "color"] : ["title", "note", "parent"]
+            let field = fields[g.below(fields.count)]
+            var full: [String: Value] = table == "sparents" ? ["name": .null, "color": .null] : ["title": .null, "note": .null, "parent": .null]
+            for (f, v) in row { full[f] = v }
+            full[field] = field == "parent" ? parentKey : (field != "name" && field != "title" && g.below(4) == 0 ? .null : fresh("s"))
+            server.write(table, key: key, full)
+            note("server: update \(table) \(key) \(field) = \(full[field]!)")
+        default:
+            let all = parents.keys.map { ("sparents", $0) } + children.keys.map { ("schildren", $0) }
+            guard !all.isEmpty else { return }
+            let (table, key) = all.sorted { "\($0.0) \($0.1)" < "\($1.0) \($1.1)" }[g.below(all.count)]
+            server.write(table, key: key, nil)
+            note("server: delete \(table) \(key)")
+        }
+        oracle.observe(server)
+    }
+
+    // MARK: The end
+
+    /// Every client finishes its batch in flight and syncs, step by step, until nothing is
+    /// pending and a whole round changes nothing on the server.
+    func quiesce() async throws {
+        for round in 0..<20 {
+            let before = try await server.pull(since: nil).anchor
+            for c in clients {
+                if try c.sync.inFlightBatch() != nil {
+                    while c.ack == nil { try await push(c) }
+                    try acknowledge(c)
+                }
+                try await pullAndMerge(c)
+                // Resolve every deferred conflict (each for a random side) until none is left.
+                while try !c.sync.conflicts().isEmpty { try resolveConflicts(c) }
+                // Upload until nothing is left, or the server answers a row with a conflict
+                // (which the next round's pull settles).
+                for _ in 0..<20 {
+                    try freeze(c)
+                    guard try c.sync.inFlightBatch() != nil else { break }
+                    while c.ack == nil { try await push(c) }
+                    let ack = c.ack!
+                    try acknowledge(c)
+                    if ack.results.contains(where: { $0.status != .ok }) { break }
+                }
+            }
+            let after = try await server.pull(since: nil).anchor
+            var pending = 0
+            for c in clients { pending += try await c.store.read { try $0.pendingRows().count } }
+            if before == after && pending == 0 { return }
+            note("quiesce round \(round): \(pending) rows pending")
+        }
+    }
+
+    func check(_ label: String) async throws {
+        let tail = trace.suffix(60).joined(separator: "\n")
+        var diverged = false
+        for c in clients {
+            for table in ["sparents", "schildren"] where serverRows(server, table) != (try clientRows(c.store, table)) { diverged = true }
+        }
+        if diverged || !oracle.lost().isEmpty { print("\(label): the whole run:\n" + trace.joined(separator: "\n")) }
+        for c in clients {
+            for table in ["sparents", "schildren"] {
+                #expect(serverRows(server, table) == (try clientRows(c.store, table)), "\(label): client \(c.id) (\(c.policy.kind)) differs from the server in \(table)\n\(tail)")
+            }
+            #expect(try await c.store.read { try $0.pendingRows() }.isEmpty, "\(label): client \(c.id) still has pending rows")
+            #expect(try c.sync.inFlightBatch() == nil, "\(label): client \(c.id) still has a batch in flight")
+            #expect(try c.store.verify().isConsistent, "\(label): client \(c.id)'s store is inconsistent")
+        }
+        let lost = oracle.lost()
+        #expect(lost.isEmpty, "\(label): edits lost: \(lost.joined(separator: "; "))\n\(tail)")
+    }
+}
