@@ -61,7 +61,8 @@ public final class SyncClient: Sendable {
     /// ``MergeAudit`` of the decisions. A row set aside (``rejectedRows()``) that the merge
     /// leaves without local changes is taken off that list. With a batch in flight, a server
     /// delete that changes nothing here is noted for the batch's acknowledgement
-    /// (`AckRules.remembersDelete`).
+    /// (`AckRules.remembersDelete`), and so is what the device holds where a server row comes
+    /// under the key of an insert the batch carries (`AckRules.notesEcho`).
     ///
     /// - Throws: `StrataError`: `tableNotFound`, `fieldNotFound`, `typeMismatch`, `missingField`
     ///   (a row without its key, or a new row without a required field), `invalidKey`,
@@ -90,14 +91,22 @@ public final class SyncClient: Sendable {
                 throw StrataError(.invalidOperation, "the delta continues from anchor '\(since)' but the store is at \(current.map { "'\($0)'" } ?? "no anchor"); pull again from the stored anchor")
             }
             var report = MergeReport()
-            // With a batch in flight, the deletes its acknowledgement must meet (`AckRules.remembersDelete`).
-            let inserting = Set(try Self.inFlight(tx)?.changes.filter { $0.kind == .insert }.map(\.table) ?? [])
+            // With a batch in flight, the deletes its acknowledgement must meet (`AckRules.remembersDelete`),
+            // and what the device held where a server row comes back under an insert's key (`AckRules.notesEcho`).
+            let inserts = try Self.inFlight(tx)?.changes.filter { $0.kind == .insert } ?? []
+            let inserting = Set(inserts.map(\.table))
+            let carried = Set(inserts.map { Self.rowID($0.table, $0.key) })
             var deletes: [RowChange] = []
+            var echoes: [RowChange] = []
             for table in delta.tables {
                 let p = policy ?? tablePolicies[table.table] ?? self.policy
-                try mergeTable(table, mode: delta.mode, anchor: delta.anchor, policy: p, inserting: inserting, deletes: &deletes, tx: tx, report: &report)
+                try mergeTable(
+                    table, mode: delta.mode, anchor: delta.anchor, policy: p, inserting: inserting, carried: carried,
+                    deletes: &deletes, echoes: &echoes, tx: tx, report: &report
+                )
             }
             try Self.noteServerDeletes(deletes, tx)
+            try Self.noteEchoes(echoes, tx)
             try Self.dropSettledRejected(in: Set(delta.tables.map(\.table)), tx)
             try tx.setProperty(Self.anchorProperty, .string(delta.anchor))
             // A dry run throws out of the transaction, so nothing is committed.
@@ -108,7 +117,8 @@ public final class SyncClient: Sendable {
 
     private func mergeTable(
         _ delta: TableDelta, mode: ServerDelta.Mode, anchor: String, policy: ConflictPolicy,
-        inserting: Set<String>, deletes: inout [RowChange], tx: Transaction, report: inout MergeReport
+        inserting: Set<String>, carried: Set<RowID>, deletes: inout [RowChange], echoes: inout [RowChange],
+        tx: Transaction, report: inout MergeReport
     ) throws {
         let snap = try tx.snapshot
         let schema = try snap.schema(delta.table)
@@ -137,6 +147,10 @@ public final class SyncClient: Sendable {
             var values: [String: Value] = [:]
             for (name, value) in row.fields where !keyFields.contains(name) { values[name] = stored(value, name, schema) }
             let existing = try tx.row(delta.table, key: key, includingDeleted: true)
+            if !carried.isEmpty, AckRules.notesEcho(local: existing, carried: carried.contains(Self.rowID(delta.table, key))) {
+                let held = existing.map { row in row.values.filter { !keyFields.contains($0.key) } }
+                echoes.append(RowChange(table: delta.table, key: key, kind: held == nil ? .delete : .insert, values: held ?? [:]))
+            }
             if schema.mode == .fixed && (existing == nil || existing?.status == .inserted) {
                 // A row new to this device: fields the server leaves out take their defaults.
                 // A local insert not yet acknowledged holds no server copy either, so the server's

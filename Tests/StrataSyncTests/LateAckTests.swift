@@ -171,14 +171,12 @@ import Testing
 /// delta brought the row the server created from the batch. Acknowledging first, the edit stays
 /// pending against the sent values and the delete goes up; merging first must end the same.
 ///
-/// Known issue: merged first, the row has no base. A delete made since the freeze left no row, so
-/// the merge stores the server's as new and clean; an edit made since is an insert-insert
-/// conflict with its own sent values, which server wins and last writer wins settle by dropping
-/// the edit. The acknowledgement then skips the row as superseded (a merge changed it since the
-/// freeze), and the delete or edit is lost for good. Taking the sent values as the base in the
-/// merge is not enough: the merge cannot tell the row the batch created from another writer's
-/// row under the same key (an insert-insert conflict it must keep); only the acknowledgement
-/// knows the server applied the insert.
+/// Merged first, the row has no base: a delete made since the freeze left no row, so the merge
+/// stored the server's as new and clean; an edit made since was an insert-insert conflict with its
+/// own sent values, which server wins and last writer wins settled by dropping the edit. The
+/// acknowledgement then skipped the row as superseded, and the delete or edit was lost for good.
+/// The merge cannot tell the row the batch created from another writer's under the same key, so
+/// it notes what the device held, and the acknowledgement decides (`AckRules.echoed`).
 @Suite struct EchoBeforeAckTests {
     /// Pushes an insert of task 7, runs `afterFreeze` (after the push), merges, acknowledges, syncs
     /// once more; returns the server's row 7.
@@ -203,11 +201,9 @@ import Testing
 
     /// The seed's sequence, shrunk: insert, freeze, push, delete here, pull and merge, acknowledge.
     @Test func aDeleteSinceTheFreezeIsNotLostToTheEcho() async throws {
-        let first = try await echo(policy: .serverWins, ackFirst: true) { try $0.delete("tasks", key: 7) }
-        #expect(first == nil, "acknowledged before the merge: the delete made since the freeze was lost")
-        await withKnownIssue("a merge before the acknowledgement loses a delete made since the freeze") {
-            let row = try await echo(policy: .serverWins, ackFirst: false) { try $0.delete("tasks", key: 7) }
-            #expect(row == nil, "acknowledged after the merge: the delete made since the freeze was lost")
+        for ackFirst in [true, false] {
+            let row = try await echo(policy: .serverWins, ackFirst: ackFirst) { try $0.delete("tasks", key: 7) }
+            #expect(row == nil, "acknowledged \(ackFirst ? "before" : "after") the merge: the delete made since the freeze was lost")
         }
     }
 
@@ -215,14 +211,31 @@ import Testing
     /// there is no conflict whatever the policy.
     @Test(arguments: [ConflictPolicy.serverWins, .clientWins, .lastWriterWins])
     func anEditSinceTheFreezeIsNotLostToTheEcho(policy: ConflictPolicy) async throws {
-        let first = try await echo(policy: policy, ackFirst: true) { try $0.update("tasks", key: 7, ["title": "mine"]) }
-        #expect(first?["title"] == "mine", "\(policy.kind), acknowledged before the merge: the edit made since the freeze was lost")
-        // Client wins keeps the edit in the conflict with its own sent values.
-        try await withKnownIssue("a merge before the acknowledgement drops an edit made since the freeze") {
-            let row = try await echo(policy: policy, ackFirst: false) { try $0.update("tasks", key: 7, ["title": "mine"]) }
-            #expect(row?["title"] == "mine", "\(policy.kind), acknowledged after the merge: the edit made since the freeze was lost")
-        } when: {
-            policy.kind != .clientWins
+        for ackFirst in [true, false] {
+            let row = try await echo(policy: policy, ackFirst: ackFirst) { try $0.update("tasks", key: 7, ["title": "mine"]) }
+            #expect(row?["title"] == "mine", "\(policy.kind), acknowledged \(ackFirst ? "before" : "after") the merge: the edit made since the freeze was lost")
+        }
+    }
+
+    /// Another writer's row under the same key, merged before the push: the server answers the
+    /// insert `conflict`, so the note the merge made is not used, and the merge's insert-insert
+    /// conflict stands (here for the client: its values go up against the other row's).
+    @Test func anotherWritersRowUnderTheKeyStaysAConflict() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store, policy: .clientWins)
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
+            let batch = try #require(try sync.nextBatch())
+            server.write("tasks", key: 7, ["title": "theirs", "priority": 0, "done": false, "notes": .null])
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            let report = try sync.acknowledge(try await server.push(batch))
+            #expect(report.conflicts == 1)
+            let row = try #require(try await store.read { try $0.row("tasks", key: 7) })
+            #expect(row["title"] == "urgent" && row.original("title") == "theirs" && row.status == .updated, "\(row)")
+            _ = try await sync.sync(with: server)
+            #expect(server.rows("tasks")[7]?["title"] == "urgent")
+            #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")))
         }
     }
 }

@@ -20,6 +20,12 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
 /// writer. At the end everyone settles, and client and server must be equal, nothing pending,
 /// every store consistent, and no edit lost (see `Oracle`).
 ///
+/// Keys are never shared nor used again: the rules for a merge between `nextBatch()` and
+/// `acknowledge(_:)` take a key a client chose as its own (`AckRules.remembersDelete`), and with
+/// shared keys a server delete of an older row under the key of an insert in flight is taken
+/// for a delete of the new one. Insert-insert conflicts are `ConvergenceTests`' (through whole
+/// sync rounds).
+///
 /// `STRATA_SEED` replays a run, `STRATA_TRIAL_SEED` one trial of it, `STRATA_TRIALS` runs more trials.
 @Suite struct ManualStepConvergenceTests {
     @Test func clientsRunningTheStepsThemselvesConvergeAndLoseNothing() async throws {
@@ -60,6 +66,7 @@ final class StepClient {
     /// The last log entry whose audit was read.
     var lastLSN: UInt64 = 0
     var nextParentKey: Int64 = 1
+    var nextChildKey: Int64 = 1
 
     init(id: Int, store: Store, policy: ConflictPolicy) {
         self.id = id
@@ -110,6 +117,9 @@ struct Oracle {
         for i in values.indices where values[i].client == client && values[i].table == table && values[i].key == key && values[i].field == field {
             values[i].superseded = true
         }
+        // The row is back here (a merge brought it again) and the client edited it: the edit is
+        // its last word on the row.
+        inserted(client, table, key)
         if !value.isNull && field != "parent" {
             values.append(ValueIntent(client: client, table: table, key: key, field: field, value: value, step: step))
         }
@@ -263,7 +273,8 @@ final class StepSimulation {
             oracle.wrote(c.id, "sparents", key, "color", color, step: step)
             note("client \(c.id): insert parent \(key) name \(name) color \(color)")
         case 1:
-            let key = RowKey(.int(Int64(1 + g.below(6))))
+            let key = RowKey(.int(Int64((c.id + 1) * 10_000) + c.nextChildKey))
+            c.nextChildKey += 1
             let title = fresh(who)
             let done = (try? c.store.write { try $0.insert("schildren", FieldValues([("id", key.values[0]), ("title", title), ("parent", parentKey)])) }) != nil
             guard done else { return }
@@ -272,7 +283,7 @@ final class StepSimulation {
             oracle.wrote(c.id, "schildren", key, "parent", parentKey, step: step)
             note("client \(c.id): insert child \(key) title \(title) parent \(parentKey)")
         case 2, 3, 4, 5:
-            let rows = try editable(c, parents + children)
+            let rows = parents + children
             guard !rows.isEmpty else { return }
             let row = rows[g.below(rows.count)]
             let fields = row.table == "sparents" ? ["name", "color"] : ["title", "note", "parent"]
@@ -286,7 +297,7 @@ final class StepSimulation {
             oracle.wrote(c.id, row.table, row.key, field, value, step: step)
             note("client \(c.id): update \(row.table) \(row.key) \(field) = \(value)")
         default:
-            let rows = try editable(c, parents + children)
+            let rows = parents + children
             guard !rows.isEmpty else { return }
             let row = rows[g.below(rows.count)]
             // A local insert that no batch in flight carries never reached the server: deleting
@@ -302,17 +313,6 @@ final class StepSimulation {
             note("client \(c.id): delete \(row.table) \(row.key)")
         }
     }
-
-    /// The rows a local edit may touch: all of them, but while `EchoBeforeAckTests` is a known
-    /// issue, not a local insert the batch in flight carries under a key the server keeps (a child;
-    /// new parents get the server's key): an edit or delete of it made before a merge that brings
-    /// the row back, ahead of the acknowledgement, is lost.
-    func editable(_ c: StepClient, _ rows: [Row]) throws -> [Row] {
-        guard Self.avoidsEchoBeforeAck, let batch = try c.sync.inFlightBatch()?.batch else { return rows }
-        let carried = Set(batch.changes.filter { $0.kind == .insert && $0.table == "schildren" }.map(\.key))
-        return rows.filter { !($0.table == "schildren" && $0.status == .inserted && carried.contains($0.key)) }
-    }
-    static let avoidsEchoBeforeAck = true
 
     /// Freezes a batch of at most a few rows, if none is in flight.
     func freeze(_ c: StepClient) throws {
@@ -337,27 +337,31 @@ final class StepSimulation {
     /// Applies the acknowledgement received, if any.
     func acknowledge(_ c: StepClient) throws {
         guard let ack = c.ack, let (batch, _) = try c.sync.inFlightBatch(), batch.id == ack.batchID else { return }
-        do {
-            try c.sync.acknowledge(ack)
-        } catch {
-            guard error.code == .invalidOperation, error.message.contains("revert") else { throw error }
-            // Two edited copies of a row (see InterleavedMergeTests): the app reverts the one under
-            // the server's key, giving up its edits, and acknowledges again.
-            guard let result = try zip(batch.changes, ack.results).first(where: { change, result in
-                guard let new = result.newKey else { return false }
-                return try c.store.read { try $0.row(change.table, key: new, includingDeleted: true)?.isPending } == true
-            }) else {
-                print("the whole run:\n" + trace.joined(separator: "\n"))
-                Issue.record("client \(c.id): acknowledge refused: \(error)")
-                throw error
+        var reverted = Set<RowKey>()
+        while true {
+            do {
+                try c.sync.acknowledge(ack)
+                break
+            } catch {
+                guard error.code == .invalidOperation, error.message.contains("revert") else { throw error }
+                // Two edited copies of a row (see InterleavedMergeTests): the app reverts the one under
+                // the server's key, giving up its edits, and acknowledges again.
+                guard let result = try zip(batch.changes, ack.results).first(where: { change, result in
+                    guard let new = result.newKey, !reverted.contains(new) else { return false }
+                    return try c.store.read { try $0.row(change.table, key: new, includingDeleted: true)?.isPending } == true
+                }) else {
+                    print("the whole run:\n" + trace.joined(separator: "\n"))
+                    Issue.record("client \(c.id): acknowledge refused: \(error)")
+                    throw error
+                }
+                let (table, key) = (result.0.table, result.1.newKey!)
+                let row = try #require(try c.store.read { try $0.row(table, key: key, includingDeleted: true) })
+                for f in row.changedFields { oracle.discarded[c.id, default: []].insert("\(f) \(row[f])") }
+                if row.status == .deleted { oracle.inserted(c.id, table, key) }  // the delete is given up too
+                try c.store.write { try $0.revert(table, key: key) }
+                reverted.insert(key)
+                note("client \(c.id): acknowledge refused (two edited copies); revert \(table) \(key)")
             }
-            let (table, key) = (result.0.table, result.1.newKey!)
-            let row = try #require(try c.store.read { try $0.row(table, key: key, includingDeleted: true) })
-            for f in row.changedFields { oracle.discarded[c.id, default: []].insert("\(f) \(row[f])") }
-            if row.status == .deleted { oracle.inserted(c.id, table, key) }  // the delete is given up too
-            try c.store.write { try $0.revert(table, key: key) }
-            note("client \(c.id): acknowledge refused (two edited copies); revert \(table) \(key)")
-            try c.sync.acknowledge(ack)
         }
         c.ack = nil
         for (change, result) in zip(batch.changes, ack.results) {
@@ -417,8 +421,7 @@ final class StepSimulation {
             server.write("sparents", key: key, ["name": fresh("s"), "color": g.below(2) == 0 ? .null : fresh("s")])
             note("server: insert parent \(key)")
         case 1:
-            let key = RowKey(.int(Int64(1 + g.below(6))))
-            guard children[key] == nil else { return }
+            let key = RowKey(.int(serverKeys.withLock { $0 += 1; return $0 }))
             server.write("schildren", key: key, ["title": fresh("s"), "note": .null, "parent": parentKey])
             note("server: insert child \(key)")
         case 2, 3, 4:

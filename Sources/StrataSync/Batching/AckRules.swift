@@ -25,6 +25,10 @@ import Strata
 /// - **a row the server deleted since it applied the batch** (the same apps): the merge of that
 ///   delete changes nothing here, so it is noted (``remembersDelete``), and the accepted insert
 ///   meets it by the merge rules as a server delete (``ontoMerged`` with no merged row).
+/// - **the row the server created from the batch under the client's key, merged back before the
+///   acknowledgement** (the same apps): the merge could not tell it from another writer's row and
+///   had no base for it, so it notes what the device held (``notesEcho``); the accepted insert,
+///   acknowledged as from that, meets the merged row by the merge rules (``echoed``).
 package enum AckRules {
     /// `change` as the server stored it: a field of a declared association that names a parent
     /// this acknowledgement has already moved to a server key (`rekeyed`: parent table → client
@@ -156,6 +160,41 @@ package enum AckRules {
     /// leaves out may be one the server has not created yet.
     static func remembersDelete(local: Row?, table: String, inserting: Set<String>) -> Bool {
         inserting.contains(table) && (local == nil || local?.status == .inserted)
+    }
+
+    /// Whether a merge notes, for the acknowledgement of the batch in flight, what the device
+    /// holds under the key of a server row it merges: the batch carries an insert under that key
+    /// (`carried`), and the device holds no row there (the insert was deleted since the freeze)
+    /// or a local insert (the insert itself, maybe edited since). The merge itself goes on by the
+    /// merge rules, which see no base: the row may be another writer's under the same key (an
+    /// insert-insert conflict, or a new row). Only the acknowledgement can tell: an accepted
+    /// insert means the server created the row from the batch (see ``echoed``).
+    static func notesEcho(local: Row?, carried: Bool) -> Bool {
+        carried && (local == nil || local?.status == .inserted)
+    }
+
+    /// An accepted insert, under the key the server kept, whose row a merge since the freeze
+    /// brought back (``notesEcho``; `before` is what the device held then: an insert of its
+    /// values, or a delete when it held no row); `now` the row as it is. Returns the row as the
+    /// acknowledgement would have left it before that merge (``ok`` of `before`), for the caller to
+    /// bring together with `now` by the merge rules (``ontoMerged``) — or `nil` when `now` holds
+    /// local changes (an edit since the merge, a local value a conflict kept, a deferred
+    /// conflict): the merged row then stands, superseded, as before.
+    ///
+    /// Why: merged without a base, the row lost what the device did after the freeze. A delete
+    /// left no row, so the merge stored the server's as new and clean; an edit was an insert-insert
+    /// conflict with its own sent values, which server wins (and last writer wins, the server row
+    /// being newer) settled by dropping it. The acknowledgement skipped the row as one a merge
+    /// changed since the freeze, and the delete or edit was gone for good. Acknowledged from
+    /// `before`, the sent values are the base: a field only the server changed since takes its
+    /// value, an edit made since the freeze stays pending, a delete made since goes up, a field
+    /// both changed is a conflict for the policy — what acknowledging first gives.
+    static func echoed(_ change: RowChange, before: RowChange, now: RowState?, serverValues: [String: Value]) -> RowState? {
+        if let now, hasLocalChanges(now) { return nil }
+        let held = before.kind == .delete ? nil : RowState(
+            fields: before.values.filter { !$0.value.isNull }.mapValues { RowState.Field(original: .null, current: $0) }, isInserted: true
+        )
+        return ok(change, local: held, serverValues: serverValues)
     }
 
     /// Whether a row holds anything the server has not confirmed.

@@ -45,6 +45,10 @@ extension SyncClient {
     /// The server's deletes merged while the batch was in flight that its acknowledgement must
     /// meet (`AckRules.remembersDelete`), as `WireFormat`-encoded delete changes.
     static let serverDeletesProperty = "strata.sync.batch.serverDeletes"
+    /// What the device held under the key of an insert of the batch in flight when a merge
+    /// brought a server row there (`AckRules.notesEcho`), as `WireFormat`-encoded changes: an
+    /// insert of its values, or a delete for no row.
+    static let echoesProperty = "strata.sync.batch.echoes"
     /// The log pin held while a batch is in flight.
     static let batchPin = "strata.sync.batch"
     static let batchNumberProperty = "strata.sync.batch.number"
@@ -295,7 +299,9 @@ extension SyncClient {
     /// Applies the server's answer to the batch in flight, row by row, in one transaction, and
     /// ends the batch. An ack for a batch already acknowledged is recognised and ignored. An
     /// accepted insert whose row a merge since the freeze saw the server delete (the app pulled
-    /// before acknowledging) meets that delete by the merge rules (`AckRules.remembersDelete`).
+    /// before acknowledging) meets that delete by the merge rules (`AckRules.remembersDelete`);
+    /// one whose row such a merge brought back is acknowledged from what the device held then,
+    /// and meets the merged row by the merge rules (`AckRules.echoed`).
     ///
     /// - Throws: `StrataError` `invalidOperation` for an ack that does not match the batch in
     ///   flight: another batch id, a missing, extra or repeated row result, an error without a
@@ -325,6 +331,7 @@ extension SyncClient {
                 }
                 let frozenAt = UInt64(frozen)
                 let serverDeletes = try Self.serverDeletes(tx)
+                let echoes = try Self.echoes(tx)
                 var report = AckReport()
                 var rejected = try Self.rejected(tx)
                 // Parent table → client key → server key, for the rows this ack has rekeyed so far
@@ -339,6 +346,20 @@ extension SyncClient {
                         // as this acknowledgement (the server applied the batch before that delta);
                         // the sent values must not overwrite it.
                         if try Self.mergedSince(frozenAt, change.table, change.key, tx) {
+                            // The merge brought back the row this insert created, and the device
+                            // held the insert, or had deleted it, then (`AckRules.echoed`).
+                            if change.kind == .insert, result.newKey == nil || result.newKey == change.key,
+                               let held = echoes[Self.rowID(change.table, change.key)],
+                               // What the device held names parents by the keys it knew then.
+                               case let before = AckRules.followingKeys(held, rekeyed: rekeyed, associations: associations),
+                               let acked = AckRules.echoed(change, before: before, now: local, serverValues: result.serverValues ?? [:]),
+                               let outcome = try ontoMerged(acked, merged: local, change, key: change.key, tx: tx) {
+                                if outcome.state != local || outcome.conflict != nil {
+                                    try storeMerged(outcome, change.table, key: change.key, tx: tx)
+                                }
+                                report.acknowledged += 1
+                                continue
+                            }
                             report.superseded += 1
                             continue
                         }
@@ -385,6 +406,7 @@ extension SyncClient {
                 try tx.setProperty(Self.batchStateProperty, nil)
                 try tx.setProperty(Self.frozenAtProperty, nil)
                 try tx.setProperty(Self.serverDeletesProperty, nil)
+                try tx.setProperty(Self.echoesProperty, nil)
                 try tx.unpinLog(Self.batchPin)
                 try tx.setProperty(Self.lastAckProperty, .string(batch.id))
                 return report
@@ -494,6 +516,25 @@ extension SyncClient {
         try tx.setProperty(serverDeletesProperty, .bytes(Array(try WireFormat.encoder.encode(all))))
     }
 
+    /// Adds `echoes` to what the device held under the keys of inserts of the batch in flight
+    /// when a merge brought server rows there (`AckRules.notesEcho`); the first note of a row stays.
+    static func noteEchoes(_ echoes: [RowChange], _ tx: Transaction) throws {
+        guard !echoes.isEmpty else { return }
+        var all: [RowChange] = []
+        if let b = try tx.property(echoesProperty)?.bytesValue {
+            all = try WireFormat.decode([RowChange].self, from: Data(b))
+        }
+        let noted = Set(all.map { rowID($0.table, $0.key) })
+        all += echoes.filter { !noted.contains(rowID($0.table, $0.key)) }
+        try tx.setProperty(echoesProperty, .bytes(Array(try WireFormat.encoder.encode(all))))
+    }
+
+    /// What merges noted for the batch in flight (`AckRules.notesEcho`), by row.
+    static func echoes(_ tx: Transaction) throws -> [RowID: RowChange] {
+        guard let b = try tx.property(echoesProperty)?.bytesValue else { return [:] }
+        return Dictionary(try WireFormat.decode([RowChange].self, from: Data(b)).map { (rowID($0.table, $0.key), $0) }) { first, _ in first }
+    }
+
     /// The rows the server deleted while the batch in flight was, as noted by merges.
     static func serverDeletes(_ tx: Transaction) throws -> Set<RowID> {
         guard let b = try tx.property(serverDeletesProperty)?.bytesValue else { return [] }
@@ -568,6 +609,7 @@ extension SyncClient {
         try tx.setProperty(batchStateProperty, nil)
         try tx.setProperty(frozenAtProperty, nil)
         try tx.setProperty(serverDeletesProperty, nil)
+        try tx.setProperty(echoesProperty, nil)
         try tx.unpinLog(batchPin)
     }
 
