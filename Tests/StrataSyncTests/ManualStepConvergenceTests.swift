@@ -80,10 +80,12 @@ final class StepClient {
 /// `c<client>-<n>`, the server writer's `s-<n>`) must have been on the server at some time,
 /// unless the same client overwrote that field or deleted the row before (superseded), or a
 /// conflict settled it for the server — a merge's audit records it (`conflictServer`), or the test
-/// resolved a deferred conflict with `.server`. Likewise every delete: the server must have lacked
-/// the row at some time after it, unless it was superseded (the row inserted again) or a
-/// conflict on the row went to the server. Association fields (parent keys, not unique) are left
-/// to the equality check.
+/// resolved a deferred conflict with `.server` (for a row the server deleted, the whole row goes),
+/// or reverted the row to let an acknowledgement through (two edited copies). Likewise every
+/// delete: the server must have lacked the row at some time after it (under the server's key,
+/// once the acknowledgement gave one), unless it was superseded (the row inserted or edited again
+/// here), a conflict on the row went to the server, or it was the delete of a local insert the
+/// server never took. Association fields (parent keys, not unique) are left to the equality check.
 struct Oracle {
     struct ValueIntent {
         let client: Int
