@@ -29,6 +29,23 @@ import Testing
         #expect(server.rows("tasks")[1]?["title"] == "b")
     }
 
+    /// Syncs batch 1 (row 1 inserted as "zero") and batch 2 (its title "first"), then takes the
+    /// store back to a briefcase exported between them, properties included, so that its batch
+    /// counter says 1 again, and edits the title to "second": the next batch is numbered 2 again,
+    /// with other changes than the batch 2 the server applied.
+    static func takeTheBatchCounterBack(_ store: Store, _ sync: SyncClient, _ server: InMemorySyncServer) async throws {
+        try await store.write { try $0.insert("tasks", ["id": 1, "title": "zero"]) }
+        _ = try await sync.sync(with: server)
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("bc-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        try store.exportBriefcase(to: file)
+        try await store.write { try $0.update("tasks", key: 1, ["title": "first"]) }
+        _ = try await sync.sync(with: server)
+        #expect(server.appliedBatches == ["\(store.clientID)-1", "\(store.clientID)-2"])
+        try store.importBriefcase(from: file, restoringProperties: true)
+        try await store.write { try $0.update("tasks", key: 1, ["title": "second"]) }
+    }
+
     /// The store goes back to a briefcase exported after batch 1: its batch counter goes back
     /// with it, and the next batch is numbered 2 again, with other changes than the batch 2 the
     /// server applied. Before, the server answered with that batch's `ok`, and the client marked
@@ -37,17 +54,7 @@ import Testing
         try await withStoreAsync { store in
             let server = InMemorySyncServer()
             let sync = SyncClient(store: store, policy: .clientWins)
-            try await store.write { try $0.insert("tasks", ["id": 1, "title": "zero"]) }
-            _ = try await sync.sync(with: server)
-            let file = FileManager.default.temporaryDirectory.appendingPathComponent("bc-\(UUID().uuidString)").path
-            defer { try? FileManager.default.removeItem(atPath: file) }
-            try store.exportBriefcase(to: file)
-            try await store.write { try $0.update("tasks", key: 1, ["title": "first"]) }
-            _ = try await sync.sync(with: server)
-            #expect(server.appliedBatches == ["\(store.clientID)-1", "\(store.clientID)-2"])
-
-            try store.importBriefcase(from: file, restoringProperties: true)
-            try await store.write { try $0.update("tasks", key: 1, ["title": "second"]) }
+            try await Self.takeTheBatchCounterBack(store, sync, server)
             let report = try await sync.sync(with: server)
             #expect(server.rows("tasks")[1]?["title"] == "second", "the edit reached the server")
             #expect(server.appliedBatches == ["\(store.clientID)-1", "\(store.clientID)-2", "\(store.clientID)-3"])
@@ -134,15 +141,7 @@ import Testing
         try await withStoreAsync { store in
             let server = InMemorySyncServer()
             let sync = SyncClient(store: store, policy: .clientWins)
-            try await store.write { try $0.insert("tasks", ["id": 1, "title": "zero"]) }
-            _ = try await sync.sync(with: server)
-            let file = FileManager.default.temporaryDirectory.appendingPathComponent("bc-\(UUID().uuidString)").path
-            defer { try? FileManager.default.removeItem(atPath: file) }
-            try store.exportBriefcase(to: file)
-            try await store.write { try $0.update("tasks", key: 1, ["title": "first"]) }
-            _ = try await sync.sync(with: server)
-            try store.importBriefcase(from: file, restoringProperties: true)
-            try await store.write { try $0.update("tasks", key: 1, ["title": "second"]) }
+            try await Self.takeTheBatchCounterBack(store, sync, server)
 
             let reused = try #require(try sync.nextBatch())
             #expect(reused.id == "\(store.clientID)-2")
