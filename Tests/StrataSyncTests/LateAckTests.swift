@@ -217,6 +217,32 @@ import Testing
         }
     }
 
+    /// An edit before the merge, and another after it: the merge (server wins) set the first
+    /// back to the server's value, the second made the row pending again, and `AckRules.echoed`
+    /// gives up on a row with local changes, so the first edit is lost. A known issue, found by a
+    /// review in session 14; the fix would acknowledge from the noted state and bring it together
+    /// with the row as it is now by the merge rules.
+    @Test func anEditBeforeTheEchoAndAnotherAfterItAreBothKept() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store, policy: .serverWins)
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
+            let batch = try #require(try sync.nextBatch())
+            let ack = try await server.push(batch)
+            try await store.write { try $0.update("tasks", key: 7, ["title": "mine"]) }
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            try await store.write { try $0.update("tasks", key: 7, ["priority": 5]) }
+            try sync.acknowledge(ack)
+            _ = try await sync.sync(with: server)
+            #expect(server.rows("tasks")[7]?["priority"] == 5)
+            withKnownIssue("the edit made before the echo merge is lost when another follows it") {
+                #expect(server.rows("tasks")[7]?["title"] == "mine")
+            }
+            #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")))
+        }
+    }
+
     /// Another writer's row under the same key, merged before the push: the server answers the
     /// insert `conflict`, so the note the merge made is not used, and the merge's insert-insert
     /// conflict stands (here for the client: its values go up against the other row's).
