@@ -173,7 +173,7 @@ public final class SyncClient: Sendable {
             guard seen.insert(k).inserted else {
                 throw StrataError(.invalidOperation, "\(context(k)) is listed twice")
             }
-            if AckRules.remembersDelete(local: existing, table: delta.table, inserting: inserting) {
+            if try AckRules.remembersDelete(local: existing, table: delta.table, inserting: inserting, history: { try tx.snapshot.history(delta.table, key: k) }) {
                 deletes.append(RowChange(table: delta.table, key: k, kind: .delete))
             }
             try apply(.delete, table: delta.table, key: k, local: existing, server: nil, anchor: anchor, policy: policy, tx: tx, report: &report)

@@ -166,6 +166,39 @@ import Testing
     }
 }
 
+extension LateAckTests {
+    /// A key used again: the device deletes a row, syncs, inserts a row under the same key,
+    /// freezes the batch, then pulls before it pushes — so the delta lists the old row's delete,
+    /// the device's own. That delete must not be taken for one of the new row: the
+    /// acknowledgement removed the new row here while the server kept it, for good. A key with
+    /// earlier operations on this device is never noted (`AckRules.remembersDelete`).
+    @Test func aKeyUsedAgainIsNotDeletedByTheOldRowsDelete() async throws {
+        for editSinceFreeze in [false, true] {
+            try await withTemporaryFolderAsync { path in
+                let store = try Store(path: path)
+                try store.createTable(priorities)
+                let server = InMemorySyncServer()
+                let sync = SyncClient(store: store, policy: .serverWins)
+                try await store.write { try $0.insert("priorities", ["id": 7, "name": "old"]) }
+                _ = try await sync.sync(with: server)
+                try await store.write { try $0.delete("priorities", key: 7) }
+                _ = try await sync.sync(with: server)
+                #expect(server.rows("priorities")[7] == nil)
+                try await store.write { try $0.insert("priorities", ["id": 7, "name": "new"]) }
+                let batch = try #require(try sync.nextBatch())
+                if editSinceFreeze { try await store.write { try $0.update("priorities", key: 7, ["name": "newer"]) } }
+                try sync.merge(try await server.pull(since: try sync.anchor()))
+                try sync.acknowledge(try await server.push(batch))
+                let row = try await store.read { try $0.row("priorities", key: 7) }
+                #expect(row?["name"] == (editSinceFreeze ? "newer" : "new"), "edited since the freeze: \(editSinceFreeze); the old row's delete removed the new row")
+                _ = try await sync.sync(with: server)
+                #expect(server.rows("priorities")[7]?["name"] == (editSinceFreeze ? "newer" : "new"))
+                #expect(serverRows(server, "priorities") == (try clientRows(store, "priorities")))
+            }
+        }
+    }
+}
+
 /// Found by `ManualStepConvergenceTests`: the server kept the client's key for an insert, the app
 /// edited or deleted the row after freezing the batch, then pulled before acknowledging, and the
 /// delta brought the row the server created from the batch. Acknowledging first, the edit stays

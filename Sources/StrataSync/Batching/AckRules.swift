@@ -158,8 +158,18 @@ package enum AckRules {
     /// client chose was free on the server when the batch came unless two clients chose it, which
     /// keys made to be unique rule out. Only a delta's listed deletes are noted: a row a snapshot
     /// leaves out may be one the server has not created yet.
-    static func remembersDelete(local: Row?, table: String, inserting: Set<String>) -> Bool {
-        inserting.contains(table) && (local == nil || local?.status == .inserted)
+    ///
+    /// A key under which the device did anything before the insert (`history`, the operations
+    /// on the key, oldest first, since the log's horizon) is not noted: the delete may be of the
+    /// earlier row — typically the device's own delete of it, which the delta brings back after
+    /// the app inserted a row under the same key again. Taken for a delete of the new row, it
+    /// removed that row here while the server kept it, for good. Left un-noted, a delete that
+    /// was of the new row leaves it here as before this rule.
+    static func remembersDelete(local: Row?, table: String, inserting: Set<String>, history: () throws -> [LogEntry]) rethrows -> Bool {
+        guard inserting.contains(table), local == nil || local?.status == .inserted else { return false }
+        let operations = try history()
+        // Nothing under the key (a key the server gave), or only the insert and what followed it.
+        return operations.isEmpty || operations.lastIndex(where: { $0.kind == .insert }) == 0
     }
 
     /// Whether a merge notes, for the acknowledgement of the batch in flight, what the device
