@@ -211,9 +211,23 @@ extension LateAckTests {
 /// The merge cannot tell the row the batch created from another writer's under the same key, so
 /// it notes what the device held, and the acknowledgement decides (`AckRules.echoed`).
 @Suite struct EchoBeforeAckTests {
-    /// Pushes an insert of task 7, runs `afterFreeze` (after the push), merges, acknowledges, syncs
-    /// once more; returns the server's row 7.
-    func echo(policy: ConflictPolicy, ackFirst: Bool, _ afterFreeze: @escaping @Sendable (Transaction) throws -> Void) async throws -> [String: Value]? {
+    /// Every policy: with the in-memory server's rows, which carry no timestamp, last writer wins
+    /// gives every conflict to the server; the custom resolver does too, by its own choice.
+    static let everyPolicy: [ConflictPolicy] = [.serverWins, .clientWins, .lastWriterWins, .deferred, .custom { _ in .server }]
+
+    /// Pushes an insert of task 7 (title "urgent"), runs `afterFreeze` (after the push), pulls and
+    /// merges, runs `afterMerge` (the app's edits after the merge), lets another writer change
+    /// the server's row 7 (`otherWriter`) and merges that too, then acknowledges — or
+    /// acknowledges before the first merge (`ackFirst`). Then `settle` (to resolve the conflicts
+    /// a deferred policy keeps), a sync, and the checks that nothing is pending and that client
+    /// and server agree. Returns the server's row 7.
+    func echo(
+        policy: ConflictPolicy, ackFirst: Bool,
+        _ afterFreeze: @escaping @Sendable (Transaction) throws -> Void,
+        afterMerge: (@Sendable (Transaction) throws -> Void)? = nil,
+        otherWriter: (@Sendable (inout [String: Value]) -> Void)? = nil,
+        settle: ((SyncClient) throws -> Void)? = nil
+    ) async throws -> [String: Value]? {
         try await withStoreAsync { store in
             let server = InMemorySyncServer()
             let sync = SyncClient(store: store, policy: policy)
@@ -224,7 +238,15 @@ extension LateAckTests {
             try await store.write { try afterFreeze($0) }
             if ackFirst { try sync.acknowledge(ack) }
             try sync.merge(try await server.pull(since: try sync.anchor()))
+            if let afterMerge { try await store.write { try afterMerge($0) } }
+            if let otherWriter {
+                var row = try #require(server.rows("tasks")[7])
+                otherWriter(&row)
+                server.write("tasks", key: 7, row)
+                try sync.merge(try await server.pull(since: try sync.anchor()))
+            }
             if !ackFirst { try sync.acknowledge(ack) }
+            try settle?(sync)
             _ = try await sync.sync(with: server)
             #expect(try await store.read { try $0.pendingRows() }.isEmpty)
             #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")))
@@ -232,48 +254,137 @@ extension LateAckTests {
         }
     }
 
+    /// "Acknowledged before the merge" or "after", for the messages.
+    func order(_ ackFirst: Bool) -> String { "acknowledged \(ackFirst ? "before" : "after") the merge" }
+
     /// The seed's sequence, shrunk: insert, freeze, push, delete here, pull and merge, acknowledge.
     @Test func aDeleteSinceTheFreezeIsNotLostToTheEcho() async throws {
         for ackFirst in [true, false] {
             let row = try await echo(policy: .serverWins, ackFirst: ackFirst) { try $0.delete("tasks", key: 7) }
-            #expect(row == nil, "acknowledged \(ackFirst ? "before" : "after") the merge: the delete made since the freeze was lost")
+            #expect(row == nil, "\(order(ackFirst)): the delete made since the freeze was lost")
         }
     }
 
     /// The same with an edit: the server's row is the sent values, which the edit came after, so
-    /// there is no conflict whatever the policy.
-    @Test(arguments: [ConflictPolicy.serverWins, .clientWins, .lastWriterWins])
+    /// there is no conflict whatever the policy (a deferred one included: the conflict the merge
+    /// found without a base is not one).
+    @Test(arguments: everyPolicy)
     func anEditSinceTheFreezeIsNotLostToTheEcho(policy: ConflictPolicy) async throws {
         for ackFirst in [true, false] {
             let row = try await echo(policy: policy, ackFirst: ackFirst) { try $0.update("tasks", key: 7, ["title": "mine"]) }
-            #expect(row?["title"] == "mine", "\(policy.kind), acknowledged \(ackFirst ? "before" : "after") the merge: the edit made since the freeze was lost")
+            #expect(row?["title"] == "mine", "\(policy.kind), \(order(ackFirst)): the edit made since the freeze was lost")
         }
     }
 
-    /// An edit before the merge, and another after it: the merge (server wins) set the first
-    /// back to the server's value, the second made the row pending again, and `AckRules.echoed`
-    /// gives up on a row with local changes, so the first edit is lost. A known issue, found by a
-    /// review in session 14; the fix would acknowledge from the noted state and bring it together
-    /// with the row as it is now by the merge rules.
-    @Test func anEditBeforeTheEchoAndAnotherAfterItAreBothKept() async throws {
-        try await withStoreAsync { store in
-            let server = InMemorySyncServer()
-            let sync = SyncClient(store: store, policy: .serverWins)
-            _ = try await sync.sync(with: server)
-            try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
-            let batch = try #require(try sync.nextBatch())
-            let ack = try await server.push(batch)
-            try await store.write { try $0.update("tasks", key: 7, ["title": "mine"]) }
-            try sync.merge(try await server.pull(since: try sync.anchor()))
-            try await store.write { try $0.update("tasks", key: 7, ["priority": 5]) }
-            try sync.acknowledge(ack)
-            _ = try await sync.sync(with: server)
-            #expect(server.rows("tasks")[7]?["priority"] == 5)
-            withKnownIssue("the edit made before the echo merge is lost when another follows it") {
-                #expect(server.rows("tasks")[7]?["title"] == "mine")
-            }
-            #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")))
+    /// Found by a review: an edit before the merge, and another after it. The merge (server wins)
+    /// set the first back to the server's value, the second made the row pending again, and the
+    /// acknowledgement let the row stand as it was: the first edit was lost. Both are kept, as
+    /// acknowledging first keeps them, whatever the policy.
+    @Test(arguments: everyPolicy)
+    func anEditBeforeTheEchoAndAnotherAfterItAreBothKept(policy: ConflictPolicy) async throws {
+        for ackFirst in [true, false] {
+            let row = try await echo(policy: policy, ackFirst: ackFirst, { try $0.update("tasks", key: 7, ["title": "mine"]) },
+                                     afterMerge: { try $0.update("tasks", key: 7, ["priority": 5]) })
+            #expect(row?["title"] == "mine" && row?["priority"] == 5, "\(policy.kind), \(order(ackFirst)): \(String(describing: row))")
         }
+    }
+
+    /// An edit after the merge of a field edited before it: the later edit wins, and the other
+    /// field edited before the merge is kept.
+    @Test(arguments: everyPolicy)
+    func aLaterEditOfTheSameFieldWins(policy: ConflictPolicy) async throws {
+        for ackFirst in [true, false] {
+            let row = try await echo(policy: policy, ackFirst: ackFirst, { try $0.update("tasks", key: 7, ["title": "mine", "priority": 3]) },
+                                     afterMerge: { try $0.update("tasks", key: 7, ["title": "later"]) })
+            #expect(row?["title"] == "later" && row?["priority"] == 3, "\(policy.kind), \(order(ackFirst)): \(String(describing: row))")
+        }
+    }
+
+    /// A delete after the merge of a row edited before it: the delete goes up (under a deferred
+    /// policy, the conflict the merge found without a base does not hold it back).
+    @Test(arguments: everyPolicy)
+    func aDeleteAfterTheEchoGoesUp(policy: ConflictPolicy) async throws {
+        for ackFirst in [true, false] {
+            let row = try await echo(policy: policy, ackFirst: ackFirst, { try $0.update("tasks", key: 7, ["title": "mine"]) },
+                                     afterMerge: { try $0.delete("tasks", key: 7) })
+            #expect(row == nil, "\(policy.kind), \(order(ackFirst)): \(String(describing: row))")
+        }
+    }
+
+    /// Another writer changed a field between the push and the pull that the device had not
+    /// touched. Merged without a base, client wins put the sent value back over theirs; server
+    /// wins dropped the device's edit. Acknowledged first, the other writer's change is simply
+    /// taken, and the device's edits stay pending.
+    @Test(arguments: everyPolicy)
+    func anotherWritersChangeBeforeTheEchoIsKept(policy: ConflictPolicy) async throws {
+        for ackFirst in [true, false] {
+            let row = try await withStoreAsync { store in
+                let server = InMemorySyncServer()
+                let sync = SyncClient(store: store, policy: policy)
+                _ = try await sync.sync(with: server)
+                try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
+                let batch = try #require(try sync.nextBatch())
+                let ack = try await server.push(batch)
+                var theirs = try #require(server.rows("tasks")[7])
+                theirs["priority"] = 9
+                server.write("tasks", key: 7, theirs)
+                try await store.write { try $0.update("tasks", key: 7, ["title": "mine"]) }
+                if ackFirst { try sync.acknowledge(ack) }
+                try sync.merge(try await server.pull(since: try sync.anchor()))
+                try await store.write { try $0.update("tasks", key: 7, ["notes": "later"]) }
+                if !ackFirst { try sync.acknowledge(ack) }
+                _ = try await sync.sync(with: server)
+                #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+                #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")))
+                return server.rows("tasks")[7]
+            }
+            #expect(row?["title"] == "mine" && row?["priority"] == 9 && row?["notes"] == "later",
+                    "\(policy.kind), \(order(ackFirst)): \(String(describing: row))")
+        }
+    }
+
+    /// Another merge between the first and the acknowledgement: another writer set the priority,
+    /// which is taken, and the notes, which the device had also set before the first merge: a
+    /// real conflict, settled by the policy (a deferred one keeps it, and the app takes its own
+    /// side). The title edited before the first merge and the field edited after it are kept.
+    @Test(arguments: everyPolicy)
+    func aLaterMergeBeforeTheAcknowledgement(policy: ConflictPolicy) async throws {
+        let deviceWins = policy.kind == .clientWins || policy.kind == .deferred
+        for ackFirst in [true, false] {
+            let row = try await echo(
+                policy: policy, ackFirst: ackFirst, { try $0.update("tasks", key: 7, ["title": "mine", "notes": "ours"]) },
+                afterMerge: { try $0.update("tasks", key: 7, ["done": true]) },
+                otherWriter: { $0["priority"] = 9; $0["notes"] = "theirs" },
+                settle: { sync in
+                    let conflicts = try sync.conflicts()
+                    if policy.kind == .deferred {
+                        #expect(conflicts.map(\.fields) == [["notes"]], "\(order(ackFirst)): \(conflicts)")
+                        try sync.resolve("tasks", key: 7, with: .local)
+                    } else {
+                        #expect(conflicts.isEmpty, "\(policy.kind), \(order(ackFirst)): \(conflicts)")
+                    }
+                }
+            )
+            #expect(row?["title"] == "mine" && row?["priority"] == 9 && row?["done"] == true, "\(policy.kind), \(order(ackFirst)): \(String(describing: row))")
+            #expect(row?["notes"] == (deviceWins ? "ours" : "theirs"), "\(policy.kind), \(order(ackFirst)): \(String(describing: row))")
+        }
+    }
+
+    /// The device deleted the insert before the merge, which brought the row back as new; the app
+    /// then edited that row. Its latest action is an edit of a row it saw, so the row stays, with
+    /// the edit, rather than the earlier delete going up — even when the app has reverted the
+    /// edit since. (Acknowledged first, the row stays deleted through the merge and the app has no
+    /// row to edit: there is no other order to compare.)
+    @Test(arguments: everyPolicy)
+    func aDeleteBeforeTheEchoAndAnEditAfterIt(policy: ConflictPolicy) async throws {
+        let row = try await echo(policy: policy, ackFirst: false, { try $0.delete("tasks", key: 7) },
+                                 afterMerge: { try $0.update("tasks", key: 7, ["priority": 5]) })
+        #expect(row?["title"] == "urgent" && row?["priority"] == 5, "\(policy.kind): \(String(describing: row))")
+        let reverted = try await echo(policy: policy, ackFirst: false, { try $0.delete("tasks", key: 7) }, afterMerge: { tx in
+            try tx.update("tasks", key: 7, ["priority": 5])
+            try tx.revert("tasks", key: 7)
+        })
+        #expect(reverted?["title"] == "urgent" && reverted?["priority"] == 0, "\(policy.kind), the edit reverted: \(String(describing: reverted))")
     }
 
     /// Another writer's row under the same key, merged before the push: the server answers the

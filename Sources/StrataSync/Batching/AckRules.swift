@@ -185,26 +185,88 @@ package enum AckRules {
 
     /// An accepted insert, under the key the server kept, whose row a merge since the freeze
     /// brought back (``notesEcho``; `before` is what the device held then: an insert of its
-    /// values, or a delete when it held no row); `now` the row as it is. Returns the row as the
-    /// acknowledgement would have left it before that merge (``ok`` of `before`), for the caller to
-    /// bring together with `now` by the merge rules (``ontoMerged``) — or `nil` when `now` holds
-    /// local changes (an edit since the merge, a local value a conflict kept, a deferred
-    /// conflict): the merged row then stands, superseded, as before.
+    /// values, or a delete when it held no row). `now` is the row as it is, `editedSince` the
+    /// fields the app has set on it since that merge (whether it deleted the row, `now` shows), and
+    /// `meet` brings an acknowledged row together with a row a merge left, by the merge rules
+    /// (``ontoMerged`` for this row). Returns the row's new state, or `nil` when `now` stands.
+    ///
+    /// The result is what acknowledging before that merge would have given (``ok`` of `before`:
+    /// the sent values as originals, what the device held as currents), brought together with
+    /// the server's row as the merges since left it (the originals `now` holds), followed by what
+    /// the app did after the merge. Field by field:
+    /// - set by the app since the merge: as `now` holds it. The app's latest word, even over
+    ///   what the device held before the merge (the later edit of a field wins).
+    /// - changed both by the device before the merge and by the server, each its own way: as
+    ///   `now` holds it. That conflict is real, and the merges settled it by the policy as they
+    ///   would have with the base — last writer wins with the server's timestamp, which only a
+    ///   merge has.
+    /// - any other field: by the merge rules, with the sent values as the base (``ontoMerged``,
+    ///   which then finds no conflict). A field only the server changed takes its value; one only
+    ///   the device changed stays pending against the sent value.
+    ///
+    /// A conflict mark on a field whose server value is still the sent one goes: no writer but
+    /// this device changed that field, and only the merge's missing base made it a conflict.
+    /// A row deleted since the merge stays deleted (a delete carries no values), with the same
+    /// marks gone. A row the server deleted since (`now` is `nil`) meets that delete by the merge
+    /// rules. `now` stands, superseded, when the server deleted the row since and the device
+    /// keeps it to upload as an insert (a later merge's decision, made on its own values), and
+    /// when the device had deleted the insert (`before` is a delete) but the app has changed the
+    /// row since the merge: its latest action is an edit of a row the merge showed it, and that
+    /// edit is kept rather than the earlier delete.
     ///
     /// Why: merged without a base, the row lost what the device did after the freeze. A delete
     /// left no row, so the merge stored the server's as new and clean; an edit was an insert-insert
     /// conflict with its own sent values, which server wins (and last writer wins, the server row
-    /// being newer) settled by dropping it. The acknowledgement skipped the row as one a merge
-    /// changed since the freeze, and the delete or edit was gone for good. Acknowledged from
-    /// `before`, the sent values are the base: a field only the server changed since takes its
-    /// value, an edit made since the freeze stays pending, a delete made since goes up, a field
-    /// both changed is a conflict for the policy — what acknowledging first gives.
-    static func echoed(_ change: RowChange, before: RowChange, now: RowState?, serverValues: [String: Value]) -> RowState? {
-        if let now, hasLocalChanges(now) { return nil }
+    /// being newer) settled by dropping it, and client wins settled the other way for the fields
+    /// only another writer had changed, putting back the sent values over theirs. Skipped as
+    /// superseded, or taken as it stands once the app edited it again, the row kept those losses
+    /// for good. Acknowledged from `before`, the sent values are the base, as acknowledging first
+    /// gives; the app's changes since the merge come after, as they did.
+    static func echoed(
+        _ change: RowChange, before: RowChange, now: RowState?, editedSince: Set<String>, serverValues: [String: Value],
+        meet: (_ acked: RowState, _ merged: RowState?) throws -> MergeOutcome?
+    ) rethrows -> MergeOutcome? {
         let held = before.kind == .delete ? nil : RowState(
             fields: before.values.filter { !$0.value.isNull }.mapValues { RowState.Field(original: .null, current: $0) }, isInserted: true
         )
-        return ok(change, local: held, serverValues: serverValues)
+        // An accepted insert always gives a row (a pending delete when the device held none).
+        guard var acked = ok(change, local: held, serverValues: serverValues) else { return nil }
+        guard let now else { return try meet(acked, nil) }
+        if now.isInserted { return nil }
+        if held == nil {
+            return hasLocalChanges(now) || !editedSince.isEmpty ? nil : try meet(acked, now)
+        }
+        let sent = acked.fields.mapValues(\.original)
+        var state: RowState
+        var decisions: [FieldDecision] = []
+        if now.isDeleted {
+            state = now
+        } else {
+            // The fields whose state in `now` stands; `meet` finds nothing to merge in them.
+            var kept: [String: RowState.Field] = [:]
+            for f in Set(acked.fields.keys).union(now.fields.keys) {
+                let a = acked.fields[f] ?? .clean(.null)
+                let server = now.fields[f]?.original ?? .null
+                // Key fields are in neither `before` nor `now`: never both changed.
+                let bothChanged = a.current != a.original && server != a.original && server != a.current
+                if editedSince.contains(f) || bothChanged {
+                    kept[f] = now.fields[f] ?? .clean(.null)
+                    acked.fields[f] = .clean(server)
+                }
+            }
+            let server = RowState(fields: now.fields.mapValues { .clean($0.original) }.filter { !$0.value.current.isNull })
+            // The server's row holds no local changes, so the merge rules always decide.
+            guard let outcome = try meet(acked, server), let merged = outcome.state else { return nil }
+            state = merged
+            decisions = outcome.decisions
+            for (f, field) in kept { state.fields[f] = field }
+        }
+        for (f, field) in state.fields where field.isInConflict && field.original == sent[f] ?? .null {
+            state.fields[f]?.isInConflict = false
+        }
+        state.fields = state.fields.filter { $0.value.isInConflict || !($0.value.original.isNull && $0.value.current.isNull) }
+        state.isConflicted = state.fields.values.contains(where: \.isInConflict)
+        return MergeOutcome(state: state, decisions: decisions)
     }
 
     /// Whether a row holds anything the server has not confirmed.

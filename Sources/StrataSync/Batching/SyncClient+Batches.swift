@@ -301,7 +301,8 @@ extension SyncClient {
     /// accepted insert whose row a merge since the freeze saw the server delete (the app pulled
     /// before acknowledging) meets that delete by the merge rules (`AckRules.remembersDelete`);
     /// one whose row such a merge brought back is acknowledged from what the device held then,
-    /// and meets the merged row by the merge rules (`AckRules.echoed`).
+    /// meets the merged row by the merge rules, and keeps what the app did since that merge
+    /// (`AckRules.echoed`).
     ///
     /// - Throws: `StrataError` `invalidOperation` for an ack that does not match the batch in
     ///   flight: another batch id, a missing, extra or repeated row result, an error without a
@@ -349,16 +350,20 @@ extension SyncClient {
                             // The merge brought back the row this insert created, and the device
                             // held the insert, or had deleted it, then (`AckRules.echoed`).
                             if change.kind == .insert, result.newKey == nil || result.newKey == change.key,
-                               let held = echoes[Self.rowID(change.table, change.key)],
-                               // What the device held names parents by the keys it knew then.
-                               case let before = AckRules.followingKeys(held, rekeyed: rekeyed, associations: associations),
-                               let acked = AckRules.echoed(change, before: before, now: local, serverValues: result.serverValues ?? [:]),
-                               let outcome = try ontoMerged(acked, merged: local, change, key: change.key, tx: tx) {
-                                if outcome.state != local || outcome.conflict != nil {
-                                    try storeMerged(outcome, change.table, key: change.key, tx: tx)
+                               let held = echoes[Self.rowID(change.table, change.key)] {
+                                // What the device held names parents by the keys it knew then.
+                                let before = AckRules.followingKeys(held, rekeyed: rekeyed, associations: associations)
+                                let edited = try Self.fieldsSetSinceMerge(after: frozenAt, change.table, change.key, tx)
+                                let outcome = try AckRules.echoed(
+                                    change, before: before, now: local, editedSince: edited, serverValues: result.serverValues ?? [:]
+                                ) { acked, merged in try ontoMerged(acked, merged: merged, change, key: change.key, tx: tx) }
+                                if let outcome {
+                                    if outcome.state != local || outcome.conflict != nil {
+                                        try storeMerged(outcome, change.table, key: change.key, tx: tx)
+                                    }
+                                    report.acknowledged += 1
+                                    continue
                                 }
-                                report.acknowledged += 1
-                                continue
                             }
                             report.superseded += 1
                             continue
@@ -548,6 +553,23 @@ extension SyncClient {
             if [.serverChange, .serverDelete, .reset].contains(entry.kind) { return true }
         }
         return false
+    }
+
+    /// The fields the app set on the row (its local operations) after the first merge that
+    /// changed it after LSN `lsn`: for a row a merge brought back under the key of an insert of
+    /// the batch in flight, what the app did since that merge (`AckRules.echoed`). The log pin
+    /// of the batch in flight keeps that history.
+    static func fieldsSetSinceMerge(after lsn: UInt64, _ table: String, _ key: RowKey, _ tx: Transaction) throws -> Set<String> {
+        var merged = false
+        var fields: Set<String> = []
+        for entry in try tx.snapshot.history(table, key: key) where entry.lsn > lsn {
+            if entry.kind == .serverChange {
+                merged = true
+            } else if merged && entry.origin == .local {
+                fields.formUnion(entry.changes.map(\.field))
+            }
+        }
+        return fields
     }
 
     // MARK: Rejected rows
