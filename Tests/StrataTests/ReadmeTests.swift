@@ -84,7 +84,7 @@ extension ReadmeTests {
             }
             let before = try FileManager.default.attributesOfItem(atPath: folder + "/data.mdb")[.size] as! Int
             // --- README compaction resumes ---
-            // Later, with every Store on the folder closed, give the space back to the disk:
+            // Later, with every Store on the store's folder (`folder`, its path) closed, give the space back:
             try Store.reclaimSpace(at: folder)
             // --- README compaction ends ---
             let after = try FileManager.default.attributesOfItem(atPath: folder + "/data.mdb")[.size] as! Int
