@@ -22,9 +22,10 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
 ///
 /// Keys are never shared nor used again: the rules for a merge between `nextBatch()` and
 /// `acknowledge(_:)` take a key a client chose as its own (`AckRules.remembersDelete`), and with
-/// shared keys a server delete of an older row under the key of an insert in flight is taken
-/// for a delete of the new one. Insert-insert conflicts are `ConvergenceTests`' (through whole
-/// sync rounds).
+/// keys shared between clients a server delete of another client's older row under the key of
+/// an insert in flight is taken for a delete of the new one. (A key the same client uses again
+/// is covered by `LateAckTests.aKeyUsedAgainIsNotDeletedByTheOldRowsDelete`.) Insert-insert
+/// conflicts are `ConvergenceTests`' (through whole sync rounds).
 ///
 /// `STRATA_SEED` replays a run, `STRATA_TRIAL_SEED` one trial of it, `STRATA_TRIALS` runs more trials.
 @Suite struct ManualStepConvergenceTests {
