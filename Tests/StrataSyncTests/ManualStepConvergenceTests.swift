@@ -83,10 +83,25 @@ final class StepClient {
 /// conflict settled it for the server — a merge's audit records it (`conflictServer`), or the test
 /// resolved a deferred conflict with `.server` (for a row the server deleted, the whole row goes),
 /// or reverted the row to let an acknowledgement through (two edited copies). Likewise every
-/// delete: the server must have lacked the row at some time after it (under the server's key,
-/// once the acknowledgement gave one), unless it was superseded (the row inserted or edited again
-/// here), a conflict on the row went to the server, or it was the delete of a local insert the
-/// server never took. Association fields (parent keys, not unique) are left to the equality check.
+/// delete: the server must have lacked the row at some time after it, unless it was superseded
+/// (the row inserted or edited again here), a conflict on the row went to the server, or it was
+/// the delete of a local insert the server never took. A later edit by another writer that brings
+/// the row back (an update the server's delete met, uploaded again as an insert by that client's
+/// conflict resolution) does not undo this: as in `ConvergenceTests`, a delete counts as arrived
+/// once the server lacked the row after it, and what comes after is the later writers' word.
+///
+/// Which row "the row" is: for a delete of a row the device had from the server, the server's row
+/// under its key. For the delete of a local insert carried by the batch in flight, the row the
+/// server created from that insert — from the moment the server applied it (the test sees the
+/// answer to the push, also one the client lost), under the key the server gave or kept, and not
+/// before: under a key the server keeps, the server lacked the row before the push too, and that
+/// says nothing about the delete. The acknowledgement alone would tell the client the server's
+/// key too late: the server may have deleted the row, and another client revived it, in between
+/// (trial seed 10576372173991561622: client 1's insert became 1006, the server's writer deleted
+/// 1006, client 0 had edited it later than client 1's delete and kept its edit by resolving the
+/// conflict `.local`, and only then came client 1's acknowledgement).
+///
+/// Association fields (parent keys, not unique) are left to the equality check.
 struct Oracle {
     struct ValueIntent {
         let client: Int
@@ -104,6 +119,10 @@ struct Oracle {
         let step: Int
         /// The delete of a local insert (carried by the batch in flight).
         let ofInsert: Bool
+        /// The key of the server's row the delete is of, once there is one (see `Oracle`):
+        /// `key` for a row the device had from the server; for `ofInsert`, set when the server
+        /// applies the insert. `nil` for an insert the server has not applied (or never does).
+        var serverKey: RowKey?
         var done = false
         var superseded = false
     }
@@ -113,6 +132,11 @@ struct Oracle {
     var onServer: Set<String> = []
     /// Per client: "field value" of local values a conflict gave up for the server's.
     var discarded: [Int: Set<String>] = [:]
+    /// "client table key" of each insert the server applied whose acknowledgement the client
+    /// has not applied yet → the key the server holds the row under.
+    var applied: [String: RowKey] = [:]
+
+    static func insertID(_ client: Int, _ table: String, _ key: RowKey) -> String { "\(client) \(table) \(key)" }
 
     static func id(_ table: String, _ field: String, _ value: Value) -> String { "\(table) \(field) \(value)" }
 
@@ -136,7 +160,24 @@ struct Oracle {
 
     mutating func deleted(_ client: Int, _ table: String, _ key: RowKey, step: Int, ofInsert: Bool) {
         rowGivenUp(client, table, key)
-        deletes.append(DeleteIntent(client: client, table: table, key: key, step: step, ofInsert: ofInsert))
+        let serverKey = ofInsert ? applied[Self.insertID(client, table, key)] : key
+        deletes.append(DeleteIntent(client: client, table: table, key: key, step: step, ofInsert: ofInsert, serverKey: serverKey))
+    }
+
+    /// The server applied an insert of the client's batch (`ok`), under `serverKey`: a delete of
+    /// that insert, made or to be made before the acknowledgement, is of this row.
+    mutating func insertApplied(_ client: Int, _ table: String, _ key: RowKey, as serverKey: RowKey) {
+        applied[Self.insertID(client, table, key)] = serverKey
+        for i in deletes.indices where deletes[i].client == client && deletes[i].table == table && deletes[i].key == key
+            && deletes[i].ofInsert && deletes[i].serverKey == nil && !deletes[i].done && !deletes[i].superseded {
+            deletes[i].serverKey = serverKey
+        }
+    }
+
+    /// The client applied the acknowledgement of an insert: what `insertApplied` noted for it is
+    /// the client's to know now (a later delete of the row is one of a server row).
+    mutating func insertAcknowledged(_ client: Int, _ table: String, _ key: RowKey) {
+        applied[Self.insertID(client, table, key)] = nil
     }
 
     /// The client's values in the row are gone with it (deleted here, or a delete conflict
@@ -173,10 +214,9 @@ struct Oracle {
             for (_, fields) in rows {
                 for (f, v) in fields { onServer.insert(Self.id(table, f, v)) }
             }
-            // A client key (negative) never names a server row: such a delete is checked once
-            // the acknowledgement gives the row its server key (or at the end, if it never does).
+            // Only once the server holds (or held) the row the delete is of: see `DeleteIntent.serverKey`.
             for i in deletes.indices where !deletes[i].done && deletes[i].table == table {
-                if case .int(let k) = deletes[i].key.values[0], k > 0, rows[deletes[i].key] == nil { deletes[i].done = true }
+                if let key = deletes[i].serverKey, rows[key] == nil { deletes[i].done = true }
             }
         }
     }
@@ -188,7 +228,7 @@ struct Oracle {
             lost.append("client \(v.client)'s \(v.table) \(v.key).\(v.field) = \(v.value) (step \(v.step)) never reached the server")
         }
         for d in deletes where !d.superseded && !d.done {
-            if case .int(let k) = d.key.values[0], k < 0 { continue }  // never given a server key: never on the server
+            guard d.serverKey != nil else { continue }  // an insert the server never applied: nothing there to delete
             lost.append("client \(d.client)'s delete of \(d.table) \(d.key) (step \(d.step)) never reached the server")
         }
         return lost
@@ -331,6 +371,9 @@ final class StepSimulation {
         guard let (batch, _) = try c.sync.inFlightBatch() else { return }
         try c.sync.markSent(batch)
         let ack = try await server.push(batch)
+        for (change, result) in zip(batch.changes, ack.results) where change.kind == .insert && result.status == .ok {
+            oracle.insertApplied(c.id, change.table, change.key, as: result.newKey ?? change.key)
+        }
         oracle.observe(server)
         let lost = g.below(4) == 0
         if !lost { c.ack = ack }
@@ -368,10 +411,10 @@ final class StepSimulation {
         }
         c.ack = nil
         for (change, result) in zip(batch.changes, ack.results) {
+            if change.kind == .insert { oracle.insertAcknowledged(c.id, change.table, change.key) }
             if let new = result.newKey, result.status == .ok { oracle.rekeyed(c.id, change.table, change.key, new) }
             if change.kind == .insert && result.status != .ok { oracle.insertRefused(c.id, change.table, change.key) }
         }
-        oracle.observe(server)  // a delete moved to the server's key may be of a row already gone there
         try readAudits(c)
         note("client \(c.id): acknowledge \(ack.batchID)")
     }
