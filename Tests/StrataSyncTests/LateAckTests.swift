@@ -199,6 +199,64 @@ extension LateAckTests {
     }
 }
 
+extension LateAckTests {
+    /// Pushes an insert of row 7 ("new") that `before` set up, lets the server delete the row it
+    /// created, pulls and merges, then acknowledges: the row must be gone here as it is on the
+    /// server, and stay so through a sync.
+    func deletedBeforeTheLateAck(
+        _ label: String, policy: ConflictPolicy,
+        before: (Store, SyncClient, InMemorySyncServer) async throws -> Void
+    ) async throws {
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(priorities)
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store, policy: policy)
+            try await before(store, sync, server)
+            let batch = try #require(try sync.nextBatch())
+            #expect(batch.changes.map(\.kind) == [.insert], "\(label): \(batch.changes)")
+            let ack = try await server.push(batch)
+            #expect(server.rows("priorities")[7]?["name"] == "new", "\(label): the server did not create the row")
+            server.write("priorities", key: 7, nil)
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            try sync.acknowledge(ack)
+            #expect(try await store.read { try $0.row("priorities", key: 7, includingDeleted: true) } == nil, "\(label): the row the server deleted stays here")
+            _ = try await sync.sync(with: server)
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty, "\(label)")
+            #expect(serverRows(server, "priorities") == (try clientRows(store, "priorities")), "\(label): client and server differ")
+        }
+    }
+
+    /// Found by `ManualStepConvergenceTests` once clients used their keys again: the device had
+    /// inserted and deleted a row under the key before, locally only, never uploaded. No row of
+    /// the device's was ever on the server under the key, so the delete the delta lists is of the
+    /// new row; taken for one of the earlier row, it was not noted, and the acknowledgement
+    /// stored the row as a clean server row the server no longer has, for good.
+    @Test func aKeyUsedBeforeOnlyLocallyIsNoted() async throws {
+        try await deletedBeforeTheLateAck("used before locally", policy: .serverWins) { store, sync, server in
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.insert("priorities", ["id": 7, "name": "first"]) }
+            try await store.write { try $0.delete("priorities", key: 7) }
+            try await store.write { try $0.insert("priorities", ["id": 7, "name": "new"]) }
+        }
+    }
+
+    /// Found by `ManualStepConvergenceTests`: the device held a server row, edited it, and merged
+    /// the server's delete of it, which it kept and uploads again as an insert (client wins). That
+    /// merge took in the earlier row's delete, so a later delta's delete of the key is of the row
+    /// the insert created; not noted, the acknowledgement kept it here for good.
+    @Test func aKeyWhoseEarlierRowsDeleteWasMergedIsNoted() async throws {
+        try await deletedBeforeTheLateAck("the earlier row's delete merged", policy: .clientWins) { store, sync, server in
+            server.write("priorities", key: 7, ["name": "theirs"])
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.update("priorities", key: 7, ["name": "new"]) }
+            server.write("priorities", key: 7, nil)
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            #expect(try await store.read { try $0.row("priorities", key: 7)?.status } == .inserted)
+        }
+    }
+}
+
 /// Found by `ManualStepConvergenceTests`: the server kept the client's key for an insert, the app
 /// edited or deleted the row after freezing the batch, then pulled before acknowledging, and the
 /// delta brought the row the server created from the batch. Acknowledging first, the edit stays

@@ -159,17 +159,27 @@ package enum AckRules {
     /// keys made to be unique rule out. Only a delta's listed deletes are noted: a row a snapshot
     /// leaves out may be one the server has not created yet.
     ///
-    /// A key under which the device did anything before the insert (`history`, the operations
-    /// on the key, oldest first, since the log's horizon) is not noted: the delete may be of the
-    /// earlier row — typically the device's own delete of it, which the delta brings back after
-    /// the app inserted a row under the same key again. Taken for a delete of the new row, it
-    /// removed that row here while the server kept it, for good. Left un-noted, a delete that
-    /// was of the new row leaves it here as before this rule.
+    /// A key under which the server may have held an earlier row of the device's after the
+    /// anchor the delta continues from is not noted: the delete may be of that row — typically
+    /// the device's own delete of it, which the delta brings back after the app inserted a row
+    /// under the same key again. Taken for a delete of the new row, it removed that row here
+    /// while the server kept it, for good. Left un-noted, a delete that was of the new row leaves
+    /// it here as before this rule. `history` (the operations on the key, oldest first, since the
+    /// log's horizon) tells: a server operation (a merge, a reset, an acknowledgement; a briefcase
+    /// import too) shows a row of the device's on the server, and a later merge of the server's
+    /// delete of it (`serverDelete`) shows that the anchor has passed that delete, so a delete a
+    /// delta lists again is a later one. The key is noted when no such sign follows the last such
+    /// merge: with only local operations before the insert (a row inserted and deleted here,
+    /// never uploaded), or with an earlier row the server deleted, which the device kept in a
+    /// conflict and uploads again as an insert. Both were left un-noted before, and the
+    /// acknowledgement kept for good a row the server had deleted
+    /// (`LateAckTests.aKeyUsedBeforeOnlyLocallyIsNoted`, `aKeyWhoseEarlierRowsDeleteWasMergedIsNoted`).
     static func remembersDelete(local: Row?, table: String, inserting: Set<String>, history: () throws -> [LogEntry]) rethrows -> Bool {
         guard inserting.contains(table), local == nil || local?.status == .inserted else { return false }
         let operations = try history()
-        // Nothing under the key (a key the server gave), or only the insert and what followed it.
-        return operations.isEmpty || operations.lastIndex(where: { $0.kind == .insert }) == 0
+        let sinceDelete = operations.lastIndex(where: { $0.kind == .serverDelete }).map { operations[($0 + 1)...] } ?? operations[...]
+        // A briefcase import is local but may bring a server row (its originals): counted too.
+        return !sinceDelete.contains { $0.origin == .server || $0.kind == .imported }
     }
 
     /// Whether a merge notes, for the acknowledgement of the batch in flight, what the device
