@@ -257,6 +257,41 @@ extension LateAckTests {
     }
 }
 
+extension LateAckTests {
+    /// Found by `ManualStepConvergenceTests` (trial seed 18323979053735142098): a child inserted
+    /// while its new parent's batch was in flight is moved to the parent's server key by that
+    /// batch's acknowledgement — an operation from the server on the child's key, which stays a
+    /// local insert. It shows no row of the child's on the server, so the server's delete of the
+    /// row the child's own batch created is still noted.
+    @Test func aChildMovedToItsParentsNewKeyIsNoted() async throws {
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(stepParents)
+            try store.createTable(stepChildren)
+            let server = InMemorySyncServer(associations: [stepLink]) { c in
+                guard c.table == "sparents", c.kind == .insert else { return nil }
+                return .ok(c.table, c.key, newKey: 100)
+            }
+            let sync = SyncClient(store: store, associations: [stepLink])
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.insert("sparents", ["id": -1, "name": "parent"]) }
+            let parents = try #require(try sync.nextBatch())
+            try await store.write { try $0.insert("schildren", ["id": 7, "title": "child", "parent": -1]) }
+            try sync.acknowledge(try await server.push(parents))
+            #expect(try await store.read { try $0.row("schildren", key: 7) }?["parent"] == 100)
+            let batch = try #require(try sync.nextBatch())
+            let ack = try await server.push(batch)
+            #expect(server.rows("schildren")[7] != nil, "the server did not create the child")
+            server.write("schildren", key: 7, nil)
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            try sync.acknowledge(ack)
+            #expect(try await store.read { try $0.row("schildren", key: 7, includingDeleted: true) } == nil, "the child the server deleted stays here")
+            _ = try await sync.sync(with: server)
+            #expect(serverRows(server, "schildren") == (try clientRows(store, "schildren")))
+        }
+    }
+}
+
 /// Found by `ManualStepConvergenceTests`: the server kept the client's key for an insert, the app
 /// edited or deleted the row after freezing the batch, then pulled before acknowledging, and the
 /// delta brought the row the server created from the batch. Acknowledging first, the edit stays

@@ -166,7 +166,8 @@ package enum AckRules {
     /// while the server kept it, for good. Left un-noted, a delete that was of the new row leaves
     /// it here as before this rule. `history` (the operations on the key, oldest first, since the
     /// log's horizon) tells: a server operation (a merge, a reset, an acknowledgement; a briefcase
-    /// import too) shows a row of the device's on the server, and a later merge of the server's
+    /// import too) that leaves anything but a local insert shows a row of the device's on the
+    /// server, and a later merge of the server's
     /// delete of it (`serverDelete`) shows that the anchor has passed that delete, so a delete a
     /// delta lists again is a later one. The key is noted when no such sign follows the last such
     /// merge: with only local operations before the insert (a row inserted and deleted here,
@@ -179,7 +180,9 @@ package enum AckRules {
         let operations = try history()
         let sinceDelete = operations.lastIndex(where: { $0.kind == .serverDelete }).map { operations[($0 + 1)...] } ?? operations[...]
         // A briefcase import is local but may bring a server row (its originals): counted too.
-        return !sinceDelete.contains { $0.origin == .server || $0.kind == .imported }
+        // One that leaves the row a local insert shows none: the acknowledgement that moved a
+        // child to its parent's new key, say.
+        return !sinceDelete.contains { ($0.origin == .server || $0.kind == .imported) && !$0.isPendingInsert }
     }
 
     /// Whether a merge notes, for the acknowledgement of the batch in flight, what the device
