@@ -20,12 +20,16 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
 /// writer. At the end everyone settles, and client and server must be equal, nothing pending,
 /// every store consistent, and no edit lost (see `Oracle`).
 ///
-/// Keys are never shared nor used again: the rules for a merge between `nextBatch()` and
-/// `acknowledge(_:)` take a key a client chose as its own (`AckRules.remembersDelete`), and with
-/// keys shared between clients a server delete of another client's older row under the key of
-/// an insert in flight is taken for a delete of the new one. (A key the same client uses again
-/// is covered by `LateAckTests.aKeyUsedAgainIsNotDeletedByTheOldRowsDelete`.) Insert-insert
-/// conflicts are `ConvergenceTests`' (through whole sync rounds).
+/// A client uses its own keys again: now and then it inserts a child, or a parent under a key
+/// the server keeps (a positive one; the server replaces only negative parent keys), under a key
+/// it used before and whose row it deleted here — whether or not that delete has reached the
+/// server, so the insert may revive a pending delete, follow a delete in flight, or come after
+/// the acknowledged one (`AckRules.remembersDelete` must tell the old row's delete from the new
+/// row's). The oracle reasons per life of a key (see `Oracle.inserted`). Keys are never shared
+/// between clients: the rules for a merge between `nextBatch()` and `acknowledge(_:)` take a
+/// key a client chose as its own, and with keys shared between clients a server delete of
+/// another client's older row under the key of an insert in flight is taken for a delete of
+/// the new one. Insert-insert conflicts are `ConvergenceTests`' (through whole sync rounds).
 ///
 /// `STRATA_SEED` replays a run, `STRATA_TRIAL_SEED` one trial of it, `STRATA_TRIALS` runs more trials.
 @Suite struct ManualStepConvergenceTests {
@@ -68,12 +72,22 @@ final class StepClient {
     var lastLSN: UInt64 = 0
     var nextParentKey: Int64 = 1
     var nextChildKey: Int64 = 1
+    var nextKeptParentKey: Int64 = 1
+    /// Per table, the keys the server keeps that this client inserted rows under, and those of
+    /// them whose rows it deleted here since (in order: a `Set`'s order changes from run to run).
+    var keptKeys: [String: [RowKey]] = [:]
+    var deletedKeys: [String: [RowKey]] = [:]
 
     init(id: Int, store: Store, policy: ConflictPolicy) {
         self.id = id
         self.store = store
         self.policy = policy
         self.sync = SyncClient(store: store, policy: policy, associations: [stepLink])
+    }
+
+    /// Notes that a row was inserted under `key`, one the server keeps.
+    func used(_ key: RowKey, _ table: String) {
+        if !keptKeys[table, default: []].contains(key) { keptKeys[table, default: []].append(key) }
     }
 }
 
@@ -123,6 +137,9 @@ struct Oracle {
         /// `key` for a row the device had from the server; for `ofInsert`, set when the server
         /// applies the insert. `nil` for an insert the server has not applied (or never does).
         var serverKey: RowKey?
+        /// The client inserted a row under the key again while the batch in flight carried this
+        /// delete (see `Oracle.inserted`).
+        var revived = false
         var done = false
         var superseded = false
     }
@@ -135,6 +152,8 @@ struct Oracle {
     /// "client table key" of each insert the server applied whose acknowledgement the client
     /// has not applied yet → the key the server holds the row under.
     var applied: [String: RowKey] = [:]
+    /// Per client: "table key" of each delete the batch in flight carries.
+    var deletesInFlight: [Int: Set<String>] = [:]
 
     static func insertID(_ client: Int, _ table: String, _ key: RowKey) -> String { "\(client) \(table) \(key)" }
 
@@ -152,10 +171,40 @@ struct Oracle {
         }
     }
 
+    /// The client inserted a row under `key` (or edited one a merge brought back there): its
+    /// deletes of the key are superseded — all but one the batch in flight carries.
+    ///
+    /// A delete not yet frozen never goes up: an insert over a pending delete revives the row as
+    /// an update of the server's, and an insert under the key of an insert in flight that the
+    /// device deleted since becomes, at the acknowledgement, an update of the row the server
+    /// created. Either way the new insert is the client's last word on the row. A delete the batch
+    /// in flight carries goes up whatever the device does since: it ends the old row on the
+    /// server, and the new row is another life of the key, created after it. Such a delete is
+    /// judged as any (the server must lack the row after it), unless the server does not apply
+    /// it (`batchOver`).
     mutating func inserted(_ client: Int, _ table: String, _ key: RowKey) {
+        let carried = deletesInFlight[client]?.contains("\(table) \(key)") ?? false
         for i in deletes.indices where deletes[i].client == client && deletes[i].table == table && deletes[i].key == key {
-            deletes[i].superseded = true
+            if carried { deletes[i].revived = true } else { deletes[i].superseded = true }
         }
+    }
+
+    /// The client froze a batch.
+    mutating func frozen(_ client: Int, _ batch: Batch) {
+        deletesInFlight[client] = Set(batch.changes.filter { $0.kind == .delete }.map { "\($0.table) \($0.key)" })
+    }
+
+    /// The client applied the acknowledgement of its batch in flight. A delete the server did
+    /// not apply stays pending, unless the client inserted the row again meanwhile: the revived
+    /// row then stands, and the delete is superseded as if it had never been frozen.
+    mutating func batchOver(_ client: Int, _ batch: Batch, _ results: [RowResult]) {
+        for (change, result) in zip(batch.changes, results) where change.kind == .delete && result.status != .ok {
+            for i in deletes.indices where deletes[i].client == client && deletes[i].table == change.table && deletes[i].key == change.key
+                && deletes[i].revived && !deletes[i].done {
+                deletes[i].superseded = true
+            }
+        }
+        deletesInFlight[client] = nil
     }
 
     mutating func deleted(_ client: Int, _ table: String, _ key: RowKey, step: Int, ofInsert: Bool) {
@@ -191,7 +240,10 @@ struct Oracle {
     /// The server refused a local insert (its key was taken): a delete of it made since took
     /// nothing from the server.
     mutating func insertRefused(_ client: Int, _ table: String, _ key: RowKey) {
-        for i in deletes.indices where deletes[i].client == client && deletes[i].table == table && deletes[i].key == key && deletes[i].ofInsert {
+        // Only deletes of that insert: under a key used again, a delete of an earlier row's
+        // insert was of a row the server did create (`serverKey` set).
+        for i in deletes.indices where deletes[i].client == client && deletes[i].table == table && deletes[i].key == key
+            && deletes[i].ofInsert && deletes[i].serverKey == nil {
             deletes[i].done = true
         }
     }
@@ -306,25 +358,40 @@ final class StepSimulation {
         let step = trace.count
         switch g.below(8) {
         case 0:
-            let key = RowKey(.int(-Int64(c.id * 10_000) - c.nextParentKey))
-            c.nextParentKey += 1
+            // Mostly under a key the server replaces (negative); now and then under one it keeps.
+            let kept = g.below(4) == 0
+            let key: RowKey
+            var again = false
+            if kept {
+                (key, again) = try keptKey(c, "sparents") {
+                    c.nextKeptParentKey += 1
+                    return Int64((c.id + 1) * 10_000 + 5_000) + c.nextKeptParentKey - 1
+                }
+            } else {
+                key = RowKey(.int(-Int64(c.id * 10_000) - c.nextParentKey))
+                c.nextParentKey += 1
+            }
             let name = fresh(who)
             let color: Value = g.below(2) == 0 ? .null : fresh(who)
             try c.store.write { try $0.insert("sparents", FieldValues([("id", key.values[0]), ("name", name), ("color", color)])) }
+            if kept { c.used(key, "sparents") }
             oracle.inserted(c.id, "sparents", key)
             oracle.wrote(c.id, "sparents", key, "name", name, step: step)
             oracle.wrote(c.id, "sparents", key, "color", color, step: step)
-            note("client \(c.id): insert parent \(key) name \(name) color \(color)")
+            note("client \(c.id): insert parent \(key)\(again ? " (key used again)" : "") name \(name) color \(color)")
         case 1:
-            let key = RowKey(.int(Int64((c.id + 1) * 10_000) + c.nextChildKey))
-            c.nextChildKey += 1
+            let (key, again) = try keptKey(c, "schildren") {
+                c.nextChildKey += 1
+                return Int64((c.id + 1) * 10_000) + c.nextChildKey - 1
+            }
             let title = fresh(who)
             let done = (try? c.store.write { try $0.insert("schildren", FieldValues([("id", key.values[0]), ("title", title), ("parent", parentKey)])) }) != nil
             guard done else { return }
+            c.used(key, "schildren")
             oracle.inserted(c.id, "schildren", key)
             oracle.wrote(c.id, "schildren", key, "title", title, step: step)
             oracle.wrote(c.id, "schildren", key, "parent", parentKey, step: step)
-            note("client \(c.id): insert child \(key) title \(title) parent \(parentKey)")
+            note("client \(c.id): insert child \(key)\(again ? " (key used again)" : "") title \(title) parent \(parentKey)")
         case 2, 3, 4, 5:
             let rows = parents + children
             guard !rows.isEmpty else { return }
@@ -347,6 +414,9 @@ final class StepSimulation {
             // it takes nothing from there.
             let carried = try c.sync.inFlightBatch()?.batch.changes.contains { $0.kind == .insert && $0.table == row.table && $0.key == row.key } ?? false
             try c.store.write { try $0.delete(row.table, key: row.key) }
+            if c.keptKeys[row.table, default: []].contains(row.key) && !c.deletedKeys[row.table, default: []].contains(row.key) {
+                c.deletedKeys[row.table, default: []].append(row.key)
+            }
             if row.status == .inserted && !carried {
                 oracle.rowGivenUp(c.id, row.table, row.key)
             } else {
@@ -357,11 +427,26 @@ final class StepSimulation {
         }
     }
 
+    /// A key the server keeps for a new row of `table` on client `c`: half the time, if there is
+    /// one, a key the client used before and whose row it deleted here (whether or not that
+    /// delete has reached the server; the row may be a pending delete, which the insert
+    /// revives), else a fresh one (`next`). Client keys are never shared between clients: each
+    /// client draws from its own range.
+    func keptKey(_ c: StepClient, _ table: String, next: () -> Int64) throws -> (RowKey, again: Bool) {
+        let gone = try c.deletedKeys[table, default: []].filter { key in
+            let row = try c.store.read { try $0.row(table, key: key, includingDeleted: true) }
+            return row == nil || row?.status == .deleted
+        }
+        if !gone.isEmpty && g.below(2) == 0 { return (gone[g.below(gone.count)], true) }
+        return (RowKey(.int(next())), false)
+    }
+
     /// Freezes a batch of at most a few rows, if none is in flight.
     func freeze(_ c: StepClient) throws {
         guard try c.sync.inFlightBatch() == nil else { return }
         let maxRows = 1 + g.below(4)
         guard let batch = try c.sync.nextBatch(maxRows: maxRows) else { return }
+        oracle.frozen(c.id, batch)
         note("client \(c.id): nextBatch(maxRows: \(maxRows)) → \(batch.id): \(batch.changes.map { "\($0.kind.rawValue) \($0.table) \($0.key)" })")
     }
 
@@ -410,6 +495,7 @@ final class StepSimulation {
             }
         }
         c.ack = nil
+        oracle.batchOver(c.id, batch, ack.results)
         for (change, result) in zip(batch.changes, ack.results) {
             if change.kind == .insert { oracle.insertAcknowledged(c.id, change.table, change.key) }
             if let new = result.newKey, result.status == .ok { oracle.rekeyed(c.id, change.table, change.key, new) }
