@@ -39,6 +39,7 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
         var g = SplitMix64(seed: seed)
         var steps = 0
         var ran = 0
+        var again = 0
         // `STRATA_TRIAL_SEED` replays one trial alone, by the seed a failure prints for it.
         let only = ProcessInfo.processInfo.environment["STRATA_TRIAL_SEED"].flatMap(UInt64.init)
         for trial in 0..<(only == nil ? trials : 1) {
@@ -54,9 +55,10 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
             try await sim.quiesce()
             try await sim.check(label)
             steps += sim.trace.count
+            again += sim.trace.count { $0.contains("(key used again)") }
             ran += 1
         }
-        print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps")
+        print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps, \(again) inserts under a key used again")
     }
 }
 
@@ -359,7 +361,7 @@ final class StepSimulation {
         switch g.below(8) {
         case 0:
             // Mostly under a key the server replaces (negative); now and then under one it keeps.
-            let kept = g.below(4) == 0
+            let kept = g.below(3) == 0
             let key: RowKey
             var again = false
             if kept {
@@ -409,7 +411,9 @@ final class StepSimulation {
         default:
             let rows = parents + children
             guard !rows.isEmpty else { return }
-            let row = rows[g.below(rows.count)]
+            // Now and then a row under a key of the client's own the server keeps: a key to use again.
+            let own = rows.filter { c.keptKeys[$0.table, default: []].contains($0.key) }
+            let row = !own.isEmpty && g.below(3) == 0 ? own[g.below(own.count)] : rows[g.below(rows.count)]
             // A local insert that no batch in flight carries never reached the server: deleting
             // it takes nothing from there.
             let carried = try c.sync.inFlightBatch()?.batch.changes.contains { $0.kind == .insert && $0.table == row.table && $0.key == row.key } ?? false
@@ -427,7 +431,7 @@ final class StepSimulation {
         }
     }
 
-    /// A key the server keeps for a new row of `table` on client `c`: half the time, if there is
+    /// A key the server keeps for a new row of `table` on client `c`: mostly, if there is
     /// one, a key the client used before and whose row it deleted here (whether or not that
     /// delete has reached the server; the row may be a pending delete, which the insert
     /// revives), else a fresh one (`next`). Client keys are never shared between clients: each
@@ -437,7 +441,7 @@ final class StepSimulation {
             let row = try c.store.read { try $0.row(table, key: key, includingDeleted: true) }
             return row == nil || row?.status == .deleted
         }
-        if !gone.isEmpty && g.below(2) == 0 { return (gone[g.below(gone.count)], true) }
+        if !gone.isEmpty && g.below(4) != 0 { return (gone[g.below(gone.count)], true) }
         return (RowKey(.int(next())), false)
     }
 
