@@ -167,14 +167,14 @@ package enum AckRules {
     /// it here as before this rule. `history` (the operations on the key, oldest first, since the
     /// log's horizon) tells: a server operation (a merge, a reset, an acknowledgement; a briefcase
     /// import too) that leaves anything but a local insert shows a row of the device's on the
-    /// server, and a later merge of the server's
-    /// delete of it (`serverDelete`) shows that the anchor has passed that delete, so a delete a
-    /// delta lists again is a later one. The key is noted when no such sign follows the last such
-    /// merge: with only local operations before the insert (a row inserted and deleted here,
-    /// never uploaded), or with an earlier row the server deleted, which the device kept in a
-    /// conflict and uploads again as an insert. Both were left un-noted before, and the
-    /// acknowledgement kept for good a row the server had deleted
-    /// (`LateAckTests.aKeyUsedBeforeOnlyLocallyIsNoted`, `aKeyWhoseEarlierRowsDeleteWasMergedIsNoted`).
+    /// server, and a later merge of the server's delete of it (`serverDelete`, a snapshot's
+    /// included) shows that the anchor has passed that delete, so a delete a delta lists again is
+    /// a later one. The key is noted when no such sign follows the last such merge: with only
+    /// local operations before the insert (a row inserted and deleted here, never uploaded), or
+    /// with an earlier row the server deleted, which the device kept in a conflict and uploads
+    /// again as an insert. Both were left un-noted before, and the acknowledgement kept for good
+    /// a row the server had deleted (`LateAckTests.aKeyUsedBeforeOnlyLocallyIsNoted`,
+    /// `aKeyWhoseEarlierRowsDeleteWasMergedIsNoted`).
     static func remembersDelete(local: Row?, table: String, inserting: Set<String>, history: () throws -> [LogEntry]) rethrows -> Bool {
         guard inserting.contains(table), local == nil || local?.status == .inserted else { return false }
         let operations = try history()
