@@ -308,7 +308,8 @@ extension LateAckTests {
     /// gives every conflict to the server; the custom resolver does too, by its own choice.
     static let everyPolicy: [ConflictPolicy] = [.serverWins, .clientWins, .lastWriterWins, .deferred, .custom { _ in .server }]
 
-    /// Pushes an insert of task 7 (title "urgent"), runs `afterFreeze` (after the push), pulls and
+    /// Pushes an insert of task 7 (title "urgent"), lets another writer change the server's row 7
+    /// at once (`otherWriterBeforePull`), runs `afterFreeze` (after the push), pulls and
     /// merges, runs `afterMerge` (the app's edits after the merge), lets another writer change
     /// the server's row 7 (`otherWriter`) and merges that too, then acknowledges — or
     /// acknowledges before the first merge (`ackFirst`). Then `settle` (to resolve the conflicts
@@ -318,6 +319,7 @@ extension LateAckTests {
         policy: ConflictPolicy, ackFirst: Bool,
         _ afterFreeze: @escaping @Sendable (Transaction) throws -> Void,
         afterMerge: (@Sendable (Transaction) throws -> Void)? = nil,
+        otherWriterBeforePull: (@Sendable (inout [String: Value]) -> Void)? = nil,
         otherWriter: (@Sendable (inout [String: Value]) -> Void)? = nil,
         settle: ((SyncClient) throws -> Void)? = nil
     ) async throws -> [String: Value]? {
@@ -328,6 +330,11 @@ extension LateAckTests {
             try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
             let batch = try #require(try sync.nextBatch())
             let ack = try await server.push(batch)
+            if let otherWriterBeforePull {
+                var row = try #require(server.rows("tasks")[7])
+                otherWriterBeforePull(&row)
+                server.write("tasks", key: 7, row)
+            }
             try await store.write { try afterFreeze($0) }
             if ackFirst { try sync.acknowledge(ack) }
             try sync.merge(try await server.pull(since: try sync.anchor()))
@@ -411,26 +418,11 @@ extension LateAckTests {
     @Test(arguments: everyPolicy)
     func anotherWritersChangeBeforeTheEchoIsKept(policy: ConflictPolicy) async throws {
         for ackFirst in [true, false] {
-            let row = try await withStoreAsync { store in
-                let server = InMemorySyncServer()
-                let sync = SyncClient(store: store, policy: policy)
-                _ = try await sync.sync(with: server)
-                try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
-                let batch = try #require(try sync.nextBatch())
-                let ack = try await server.push(batch)
-                var theirs = try #require(server.rows("tasks")[7])
-                theirs["priority"] = 9
-                server.write("tasks", key: 7, theirs)
-                try await store.write { try $0.update("tasks", key: 7, ["title": "mine"]) }
-                if ackFirst { try sync.acknowledge(ack) }
-                try sync.merge(try await server.pull(since: try sync.anchor()))
-                try await store.write { try $0.update("tasks", key: 7, ["notes": "later"]) }
-                if !ackFirst { try sync.acknowledge(ack) }
-                _ = try await sync.sync(with: server)
-                #expect(try await store.read { try $0.pendingRows() }.isEmpty)
-                #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")))
-                return server.rows("tasks")[7]
-            }
+            let row = try await echo(
+                policy: policy, ackFirst: ackFirst, { try $0.update("tasks", key: 7, ["title": "mine"]) },
+                afterMerge: { try $0.update("tasks", key: 7, ["notes": "later"]) },
+                otherWriterBeforePull: { $0["priority"] = 9 }
+            )
             #expect(row?["title"] == "mine" && row?["priority"] == 9 && row?["notes"] == "later",
                     "\(policy.kind), \(order(ackFirst)): \(String(describing: row))")
         }
