@@ -12,10 +12,22 @@ import Testing
 /// `Snapshot`, as `swift-symbolgraph-extract -module-name Strata -minimum-access-level public`
 /// lists them (overloads counted apart). A new public member belongs in its list.
 @Suite struct EscapedTransactionTests {
-    /// Holds what a closure smuggles out; `@unchecked Sendable` because the tests hand it from
-    /// the write's (or read's) thread back to the caller only after the call returned.
+    /// Holds what a closure smuggles out, from the write's (or read's) thread back to the caller
+    /// after the call returned.
+    ///
+    /// Behind a lock: an async call hands back by resuming a continuation on the thread that ran
+    /// the closure, which orders the two accesses, but ThreadSanitizer once reported them as a
+    /// race in CI (written on the group commit's leader thread, read in the resumed task): it does
+    /// not always see that resumption as ordering them. The lock makes the order one it sees.
     final class Kept<T>: @unchecked Sendable {
-        var value: T?
+        // @unchecked: `stored` is only touched under `lock`.
+        private let lock = NSLock()
+        private var stored: T?
+
+        var value: T? {
+            get { lock.withLock { stored } }
+            set { lock.withLock { stored = newValue } }
+        }
     }
 
     struct Task: Codable {
