@@ -13,6 +13,7 @@ import StrataWorkload
 //   swift run -c release profile merge /tmp/new-folder
 //   swift run -c release profile single|single-nosync /tmp/store --edits 5000   # B = 1 edits on a store built with --edits 0
 //   (single and concurrent take --durability noMetaSync: one sync per commit instead of two)
+//   swift run -c release profile raw /tmp/new-folder --edits 5000 [--batch 1]   # compare's raw-LMDB peer alone
 //   swift run -c release profile scale /tmp/folder [--lengths 100000,1000000,10000000] [--peers]
 //       rebuild (verify) time and heap against log length, as CSV for plot-scale.py; with
 //       --peers, also the SQLite trigger and session peers' replay (rebuildAndCheck) of the same
@@ -130,6 +131,11 @@ case "single", "single-nosync":
     for i in 0..<edits { try peer.applyEdits(i..<i + 1) }
     let d = ContinuousClock.now - t0
     print("single edits/s:", Double(edits) / (Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18))
+case "raw":
+    // compare's raw-LMDB column alone (prefilled as compare does), for strace or perf beside `single`.
+    let batch = arguments.firstIndex(of: "--batch").flatMap { Int(arguments[$0 + 1]) } ?? 1
+    let rate = try RawLMDB.appendRate(folder: folder, count: edits, perCommit: batch, prefill: 200_000)
+    print("raw LMDB records/s:", rate)
 case "payload":
     let peer = try StrataPeer(folder: folder)
     let t0 = ContinuousClock.now
