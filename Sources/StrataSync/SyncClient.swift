@@ -91,22 +91,27 @@ public final class SyncClient: Sendable {
                 throw StrataError(.invalidOperation, "the delta continues from anchor '\(since)' but the store is at \(current.map { "'\($0)'" } ?? "no anchor"); pull again from the stored anchor")
             }
             var report = MergeReport()
-            // With a batch in flight, the deletes its acknowledgement must meet (`AckRules.remembersDelete`),
-            // and what the device held where a server row comes back under an insert's key (`AckRules.notesEcho`).
-            let inserts = try Self.inFlight(tx)?.changes.filter { $0.kind == .insert } ?? []
-            let inserting = Set(inserts.map(\.table))
-            let carried = Set(inserts.map { Self.rowID($0.table, $0.key) })
-            var deletes: [RowChange] = []
-            var echoes: [RowChange] = []
+            // With a batch in flight, what its acknowledgement must know of this merge: the
+            // deletes it must meet (`AckRules.remembersDelete`), what the device held where a
+            // server row comes back under an insert's key (`AckRules.notesEcho`), the rows of
+            // the batch the delta upserts and whether it was a snapshot (`AckRules.awaitsSnapshot`).
+            let changes = try Self.inFlight(tx)?.changes ?? []
+            let inserts = changes.filter { $0.kind == .insert }
+            let notes = InFlightNotes(
+                inserting: Set(inserts.map(\.table)),
+                carried: Set(inserts.map { Self.rowID($0.table, $0.key) }),
+                sent: Set(changes.map { Self.rowID($0.table, $0.key) })
+            )
             for table in delta.tables {
                 let p = policy ?? tablePolicies[table.table] ?? self.policy
-                try mergeTable(
-                    table, mode: delta.mode, anchor: delta.anchor, policy: p, inserting: inserting, carried: carried,
-                    deletes: &deletes, echoes: &echoes, tx: tx, report: &report
-                )
+                try mergeTable(table, mode: delta.mode, anchor: delta.anchor, policy: p, notes: notes, tx: tx, report: &report)
             }
-            try Self.noteServerDeletes(deletes, tx)
-            try Self.noteEchoes(echoes, tx)
+            try Self.note(notes.deletes, in: Self.serverDeletesProperty, tx)
+            try Self.note(notes.echoes, in: Self.echoesProperty, tx)
+            try Self.note(notes.listed, in: Self.listedProperty, tx)
+            if delta.mode == .snapshot, changes.contains(where: { $0.kind != .delete }) {
+                try tx.setProperty(Self.snapshotMergedProperty, .bool(true))
+            }
             try Self.dropSettledRejected(in: Set(delta.tables.map(\.table)), tx)
             try tx.setProperty(Self.anchorProperty, .string(delta.anchor))
             // A dry run throws out of the transaction, so nothing is committed.
@@ -115,10 +120,39 @@ public final class SyncClient: Sendable {
         }
     }
 
+    /// What a merge gathers, table by table, for the acknowledgement of the batch in flight.
+    private final class InFlightNotes {
+        /// The tables the batch inserts into.
+        let inserting: Set<String>
+        /// The rows the batch inserts.
+        let carried: Set<RowID>
+        /// Every row the batch sends.
+        let sent: Set<RowID>
+        /// Server deletes the acknowledgement must meet (`AckRules.remembersDelete`).
+        var deletes: [RowChange] = []
+        /// What the device held under an insert's key (`AckRules.notesEcho`).
+        var echoes: [RowChange] = []
+        /// Rows of the batch that the delta upserts (`AckRules.awaitsSnapshot`).
+        var listed: [RowChange] = []
+
+        init(inserting: Set<String>, carried: Set<RowID>, sent: Set<RowID>) {
+            self.inserting = inserting
+            self.carried = carried
+            self.sent = sent
+        }
+
+        /// Notes a row the delta upserts, if the batch sends it. (A server delete of a row the
+        /// batch inserts is noted by `AckRules.remembersDelete`'s rule instead.)
+        func list(_ table: String, _ key: RowKey) {
+            if !sent.isEmpty, sent.contains(SyncClient.rowID(table, key)) {
+                listed.append(RowChange(table: table, key: key, kind: .update))
+            }
+        }
+    }
+
     private func mergeTable(
         _ delta: TableDelta, mode: ServerDelta.Mode, anchor: String, policy: ConflictPolicy,
-        inserting: Set<String>, carried: Set<RowID>, deletes: inout [RowChange], echoes: inout [RowChange],
-        tx: Transaction, report: inout MergeReport
+        notes: InFlightNotes, tx: Transaction, report: inout MergeReport
     ) throws {
         let snap = try tx.snapshot
         let schema = try snap.schema(delta.table)
@@ -143,13 +177,14 @@ public final class SyncClient: Sendable {
             guard seen.insert(key).inserted else {
                 throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
             }
+            notes.list(delta.table, key)
             if mergesOnRecords, try mergeOnRecord(row, table: delta.table, key: key, anchor: anchor, policy: policy, tx: tx, report: &report) { continue }
             var values: [String: Value] = [:]
             for (name, value) in row.fields where !keyFields.contains(name) { values[name] = stored(value, name, schema) }
             let existing = try tx.row(delta.table, key: key, includingDeleted: true)
-            if !carried.isEmpty, AckRules.notesEcho(local: existing, carried: carried.contains(Self.rowID(delta.table, key))) {
+            if !notes.carried.isEmpty, AckRules.notesEcho(local: existing, carried: notes.carried.contains(Self.rowID(delta.table, key))) {
                 let held = existing.map { row in row.values.filter { !keyFields.contains($0.key) } }
-                echoes.append(RowChange(table: delta.table, key: key, kind: held == nil ? .delete : .insert, values: held ?? [:]))
+                notes.echoes.append(RowChange(table: delta.table, key: key, kind: held == nil ? .delete : .insert, values: held ?? [:]))
             }
             if schema.mode == .fixed && (existing == nil || existing?.status == .inserted) {
                 // A row new to this device: fields the server leaves out take their defaults.
@@ -173,8 +208,8 @@ public final class SyncClient: Sendable {
             guard seen.insert(k).inserted else {
                 throw StrataError(.invalidOperation, "\(context(k)) is listed twice")
             }
-            if try AckRules.remembersDelete(local: existing, table: delta.table, inserting: inserting, history: { try tx.snapshot.history(delta.table, key: k) }) {
-                deletes.append(RowChange(table: delta.table, key: k, kind: .delete))
+            if try AckRules.remembersDelete(local: existing, table: delta.table, inserting: notes.inserting, history: { try tx.snapshot.history(delta.table, key: k) }) {
+                notes.deletes.append(RowChange(table: delta.table, key: k, kind: .delete))
             }
             try apply(.delete, table: delta.table, key: k, local: existing, server: nil, anchor: anchor, policy: policy, tx: tx, report: &report)
         }

@@ -197,4 +197,43 @@ import Testing
             }
         }
     }
+
+    // MARK: A merge that listed an accepted row without changing it
+
+    /// Found by `ManualStepConvergenceTests`. The push is applied, then another writer sets the
+    /// sent field back to its value before the batch, then the app pulls and acknowledges. The
+    /// delta lists the row with the very originals the device holds, so the merge changes
+    /// nothing, and before, the `ok` then marked the sent value as the server's: the device kept
+    /// "mine" and the server the other writer's "a", for good. Now the acknowledgement clears
+    /// the anchor (`AckRules.awaitsSnapshot`) and the next pull, a snapshot, brings the later
+    /// value. A delta pulled before the push (a server write of the same values) looks the
+    /// same to the device; the snapshot then keeps what the batch sent.
+    @Test func aLaterChangeBackToTheOriginalsIsNotLost() async throws {
+        for pulledBeforeThePush in [false, true] {
+            try await withStoreAsync { store in
+                let server = InMemorySyncServer()
+                let original: [String: Value] = ["title": "a", "priority": 0, "done": false, "notes": nil]
+                server.write("tasks", key: 1, original)
+                let sync = SyncClient(store: store, policy: .clientWins)
+                _ = try await sync.sync(with: server)
+                try await store.write { try $0.update("tasks", key: 1, ["title": "mine"]) }
+                let batch = try #require(try sync.nextBatch())
+                var ack: BatchAck? = nil
+                if !pulledBeforeThePush { ack = try await server.push(batch) }
+                server.write("tasks", key: 1, original)
+                let delta = try await server.pull(since: try sync.anchor())
+                #expect(delta.tables.first?.upserts.count == 1)
+                try sync.merge(delta)
+                if pulledBeforeThePush { ack = try await server.push(batch) }
+                let report = try sync.acknowledge(try #require(ack))
+                #expect(report.anchorCleared && report.superseded == 0, "pulled before the push: \(pulledBeforeThePush)")
+                #expect(try sync.anchor() == nil)
+                _ = try await sync.sync(with: server)
+                let expected: Value = pulledBeforeThePush ? "mine" : "a"
+                #expect(server.rows("tasks")[1]?["title"] == expected, "pulled before the push: \(pulledBeforeThePush)")
+                #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+                #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")), "pulled before the push: \(pulledBeforeThePush)")
+            }
+        }
+    }
 }

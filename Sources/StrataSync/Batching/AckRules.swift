@@ -29,6 +29,13 @@ import Strata
 ///   acknowledgement** (the same apps): the merge could not tell it from another writer's row and
 ///   had no base for it, so it notes what the device held (``notesEcho``); the accepted insert,
 ///   acknowledged as from that, meets the merged row by the merge rules (``echoed``).
+/// - **a row of the batch that a merge before the acknowledgement changed**: that delta may be
+///   newer than the acknowledgement, so the `ok` is skipped and the merged row stands
+///   (``superseded``).
+/// - **a row of the batch that a snapshot merged before the acknowledgement left out, or that a
+///   delta upserted without changing it** (the same apps): the device cannot tell whether the
+///   delta came before or after the server applied the batch, so the acknowledgement clears the
+///   anchor and the next pull is a full snapshot (``awaitsSnapshot``).
 package enum AckRules {
     /// `change` as the server stored it: a field of a declared association that names a parent
     /// this acknowledgement has already moved to a server key (`rekeyed`: parent table → client
@@ -183,6 +190,38 @@ package enum AckRules {
         // One that leaves the row a local insert shows none: the acknowledgement that moved a
         // child to its parent's new key, say.
         return !sinceDelete.contains { ($0.origin == .server || $0.kind == .imported) && !$0.isPendingInsert }
+    }
+
+    /// Whether an accepted `ok` is skipped, the row left as it stands (`AckReport.superseded`):
+    /// a merge since the freeze changed the row. That delta may have been pulled after the
+    /// server applied the batch, and then holds a server state newer than the acknowledgement,
+    /// which the sent values must not overwrite. One pulled before left the row holding what it
+    /// sent, still pending, and the next pull settles it; the skip costs at most one more upload.
+    static func superseded(mergedSinceFreeze: Bool) -> Bool {
+        mergedSinceFreeze
+    }
+
+    /// Whether an accepted insert or update leaves the device unsure what the server holds for
+    /// its row, so that the acknowledgement clears the anchor and the next pull is a full
+    /// snapshot, which settles it: it is taken after the server applied the batch. The `ok` is
+    /// applied as usual (the sent values become the originals). Two merges since the freeze
+    /// that did not change the row (`rowMergedSinceFreeze`, under the key the row has after the
+    /// acknowledgement; a merge that changed it is ``superseded``) leave that doubt:
+    ///
+    /// - **A snapshot that left the row out** (`snapshotSinceFreeze`). A snapshot lists the
+    ///   rows the server holds when it is taken, and no deletes. It was taken either before the
+    ///   server applied the batch (an inserted row did not exist yet) or after it applied it and
+    ///   deleted the row again; the device cannot tell which. Kept as a server row, a deleted
+    ///   row stayed here for good, since no later delta names it
+    ///   (`LateAckTests.aSnapshotLeavesOutARowTheServerDeletedBeforeTheLateAck`).
+    /// - **A delta that upserted the row without changing it** (`listedSinceFreeze`): the server
+    ///   held the row's originals. Either the delta was pulled before the push, or after it,
+    ///   when another writer had set the sent fields back. Taking the `ok` alone marked the sent
+    ///   values as the server's for good, where the server held the other writer's later values
+    ///   (`InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`, found by
+    ///   `ManualStepConvergenceTests`).
+    static func awaitsSnapshot(_ change: RowChange, snapshotSinceFreeze: Bool, listedSinceFreeze: Bool, rowMergedSinceFreeze: Bool) -> Bool {
+        change.kind != .delete && !rowMergedSinceFreeze && (snapshotSinceFreeze || listedSinceFreeze)
     }
 
     /// Whether a merge notes, for the acknowledgement of the batch in flight, what the device

@@ -36,6 +36,12 @@ public struct AckReport: Sendable, Hashable {
     /// acknowledgement; one pulled before left the row holding what it sent, still pending, and
     /// the next pull settles it.
     public var superseded = 0
+    /// Whether the acknowledgement cleared the anchor, so that the next pull is a full snapshot:
+    /// a merge while the batch was in flight left the device unsure what the server holds for
+    /// an accepted row (a snapshot that left it out, or a delta that upserted it unchanged; see
+    /// `AckRules.awaitsSnapshot`). Only an app that merges between `nextBatch()` and
+    /// `acknowledge(_:)` meets this.
+    public var anchorCleared = false
 }
 
 extension SyncClient {
@@ -49,6 +55,11 @@ extension SyncClient {
     /// brought a server row there (`AckRules.notesEcho`), as `WireFormat`-encoded changes: an
     /// insert of its values, or a delete for no row.
     static let echoesProperty = "strata.sync.batch.echoes"
+    /// The rows of the batch in flight that a delta merged since the freeze upserted, changed or
+    /// not (`AckRules.awaitsSnapshot`), as `WireFormat`-encoded update changes without values.
+    static let listedProperty = "strata.sync.batch.listed"
+    /// Set when a snapshot was merged while the batch was in flight (`AckRules.awaitsSnapshot`).
+    static let snapshotMergedProperty = "strata.sync.batch.snapshotMerged"
     /// The log pin held while a batch is in flight.
     static let batchPin = "strata.sync.batch"
     static let batchNumberProperty = "strata.sync.batch.number"
@@ -302,7 +313,10 @@ extension SyncClient {
     /// before acknowledging) meets that delete by the merge rules (`AckRules.remembersDelete`);
     /// one whose row such a merge brought back is acknowledged from what the device held then,
     /// meets the merged row by the merge rules, and keeps what the app did since that merge
-    /// (`AckRules.echoed`).
+    /// (`AckRules.echoed`). An accepted row that a snapshot merged since the freeze left out, or
+    /// that a delta upserted without changing it, is acknowledged as usual, and the anchor is
+    /// cleared, so that the next pull is a full snapshot, which settles it
+    /// (`AckRules.awaitsSnapshot`, `AckReport.anchorCleared`).
     ///
     /// - Throws: `StrataError` `invalidOperation` for an ack that does not match the batch in
     ///   flight: another batch id, a missing, extra or repeated row result, an error without a
@@ -333,6 +347,8 @@ extension SyncClient {
                 let frozenAt = UInt64(frozen)
                 let serverDeletes = try Self.serverDeletes(tx)
                 let echoes = try Self.echoes(tx)
+                let snapshotSinceFreeze = try tx.property(Self.snapshotMergedProperty) != nil
+                let listed = try Self.listed(tx)
                 var report = AckReport()
                 var rejected = try Self.rejected(tx)
                 // Parent table → client key → server key, for the rows this ack has rekeyed so far
@@ -343,10 +359,9 @@ extension SyncClient {
                     let local = try tx.row(change.table, key: change.key, includingDeleted: true).map(RowState.init)
                     switch result.status {
                     case .ok:
-                        // A merge after the batch was frozen brought a server state at least as new
-                        // as this acknowledgement (the server applied the batch before that delta);
-                        // the sent values must not overwrite it.
-                        if try Self.mergedSince(frozenAt, change.table, change.key, tx) {
+                        // A delta merged after the batch was frozen may hold a server state newer
+                        // than this acknowledgement (`AckRules.superseded`).
+                        if try AckRules.superseded(mergedSinceFreeze: Self.mergedSince(frozenAt, change.table, change.key, tx)) {
                             // The merge brought back the row this insert created, and the device
                             // held the insert, or had deleted it, then (`AckRules.echoed`).
                             if change.kind == .insert, result.newKey == nil || result.newKey == change.key,
@@ -367,6 +382,15 @@ extension SyncClient {
                             }
                             report.superseded += 1
                             continue
+                        }
+                        let isListed = listed.contains(Self.rowID(change.table, change.key))
+                        if snapshotSinceFreeze || isListed {
+                            // Read before this acknowledgement writes the row under its new key.
+                            let key = result.newKey ?? change.key
+                            let merged = try key != change.key && Self.mergedSince(frozenAt, change.table, key, tx)
+                            if AckRules.awaitsSnapshot(change, snapshotSinceFreeze: snapshotSinceFreeze, listedSinceFreeze: isListed, rowMergedSinceFreeze: merged) {
+                                report.anchorCleared = true
+                            }
                         }
                         let state = AckRules.ok(change, local: local, serverValues: result.serverValues ?? [:])
                         if let newKey = result.newKey, newKey != change.key {
@@ -412,6 +436,9 @@ extension SyncClient {
                 try tx.setProperty(Self.frozenAtProperty, nil)
                 try tx.setProperty(Self.serverDeletesProperty, nil)
                 try tx.setProperty(Self.echoesProperty, nil)
+                try tx.setProperty(Self.listedProperty, nil)
+                try tx.setProperty(Self.snapshotMergedProperty, nil)
+                if report.anchorCleared { try tx.setProperty(Self.anchorProperty, nil) }
                 try tx.unpinLog(Self.batchPin)
                 try tx.setProperty(Self.lastAckProperty, .string(batch.id))
                 return report
@@ -510,40 +537,37 @@ extension SyncClient {
         try tx.setRowState(table, key: key, outcome.state, kind: .acknowledge, origin: .server, annotation: audit.encoded)
     }
 
-    /// Adds `deletes` to the server's deletes the batch in flight must meet (`AckRules.remembersDelete`).
-    static func noteServerDeletes(_ deletes: [RowChange], _ tx: Transaction) throws {
-        guard !deletes.isEmpty else { return }
-        var all: [RowChange] = []
-        if let b = try tx.property(serverDeletesProperty)?.bytesValue {
-            all = try WireFormat.decode([RowChange].self, from: Data(b))
-        }
-        all += deletes
-        try tx.setProperty(serverDeletesProperty, .bytes(Array(try WireFormat.encoder.encode(all))))
+    /// Adds `changes` to the notes kept under `property` for the acknowledgement of the batch in
+    /// flight (`serverDeletesProperty`, `echoesProperty`, `listedProperty`), as `WireFormat`-encoded
+    /// changes; the first note of a row stays.
+    static func note(_ changes: [RowChange], in property: String, _ tx: Transaction) throws {
+        guard !changes.isEmpty else { return }
+        var all = try noted(property, tx)
+        let noted = Set(all.map { rowID($0.table, $0.key) })
+        var added = Set<RowID>()
+        all += changes.filter { !noted.contains(rowID($0.table, $0.key)) && added.insert(rowID($0.table, $0.key)).inserted }
+        try tx.setProperty(property, .bytes(Array(try WireFormat.encoder.encode(all))))
     }
 
-    /// Adds `echoes` to what the device held under the keys of inserts of the batch in flight
-    /// when a merge brought server rows there (`AckRules.notesEcho`); the first note of a row stays.
-    static func noteEchoes(_ echoes: [RowChange], _ tx: Transaction) throws {
-        guard !echoes.isEmpty else { return }
-        var all: [RowChange] = []
-        if let b = try tx.property(echoesProperty)?.bytesValue {
-            all = try WireFormat.decode([RowChange].self, from: Data(b))
-        }
-        let noted = Set(all.map { rowID($0.table, $0.key) })
-        all += echoes.filter { !noted.contains(rowID($0.table, $0.key)) }
-        try tx.setProperty(echoesProperty, .bytes(Array(try WireFormat.encoder.encode(all))))
+    /// The notes kept under `property` for the batch in flight (see ``note(_:in:_:)``).
+    static func noted(_ property: String, _ tx: Transaction) throws -> [RowChange] {
+        guard let b = try tx.property(property)?.bytesValue else { return [] }
+        return try WireFormat.decode([RowChange].self, from: Data(b))
     }
 
     /// What merges noted for the batch in flight (`AckRules.notesEcho`), by row.
     static func echoes(_ tx: Transaction) throws -> [RowID: RowChange] {
-        guard let b = try tx.property(echoesProperty)?.bytesValue else { return [:] }
-        return Dictionary(try WireFormat.decode([RowChange].self, from: Data(b)).map { (rowID($0.table, $0.key), $0) }) { first, _ in first }
+        Dictionary(try noted(echoesProperty, tx).map { (rowID($0.table, $0.key), $0) }) { first, _ in first }
     }
 
     /// The rows the server deleted while the batch in flight was, as noted by merges.
     static func serverDeletes(_ tx: Transaction) throws -> Set<RowID> {
-        guard let b = try tx.property(serverDeletesProperty)?.bytesValue else { return [] }
-        return Set(try WireFormat.decode([RowChange].self, from: Data(b)).map { rowID($0.table, $0.key) })
+        Set(try noted(serverDeletesProperty, tx).map { rowID($0.table, $0.key) })
+    }
+
+    /// The rows of the batch in flight that a delta merged since the freeze upserted.
+    static func listed(_ tx: Transaction) throws -> Set<RowID> {
+        Set(try noted(listedProperty, tx).map { rowID($0.table, $0.key) })
     }
 
     /// Whether a merge or reset changed the row after LSN `lsn`.
@@ -632,6 +656,8 @@ extension SyncClient {
         try tx.setProperty(frozenAtProperty, nil)
         try tx.setProperty(serverDeletesProperty, nil)
         try tx.setProperty(echoesProperty, nil)
+        try tx.setProperty(listedProperty, nil)
+        try tx.setProperty(snapshotMergedProperty, nil)
         try tx.unpinLog(batchPin)
     }
 
