@@ -158,27 +158,32 @@ public final class SyncClient: Sendable {
         let schema = try snap.schema(delta.table)
         let keyFields = Set(schema.primaryKey)
         var seen = Set<RowKey>(minimumCapacity: delta.upserts.count + delta.deletes.count)
+        var order: [Int] = []  // `mergeOnRecord`'s, reused
         func context(_ key: RowKey) -> String { "the delta's row \(key) of table '\(delta.table)'" }
 
         for (index, row) in delta.upserts.enumerated() {
             var keyValues: [Value] = []
+            keyValues.reserveCapacity(schema.primaryKey.count)
             for k in schema.primaryKey {
                 guard let v = row.fields[k], !v.isNull else {
                     throw StrataError(.missingField, "row \(index) of table '\(delta.table)' in the delta lacks its key field '\(k)'")
                 }
-                keyValues.append(v)
+                keyValues.append(stored(v, k, schema))
             }
-            if schema.mode == .fixed {
-                for name in row.fields.keys where !keyFields.contains(name) && schema.field(name) == nil {
-                    throw StrataError(.fieldNotFound, "\(context(RowKey(keyValues))) sets field '\(name)', which the table does not have")
-                }
-            }
-            let key = storedKey(keyValues, schema)
+            let key = RowKey(keyValues)
             guard seen.insert(key).inserted else {
                 throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
             }
             notes.list(delta.table, key)
-            if mergesOnRecords, try mergeOnRecord(row, table: delta.table, key: key, anchor: anchor, policy: policy, tx: tx, report: &report) { continue }
+            // The merge on the stored record writes nothing for a row that names a field the
+            // table lacks (and resolves every name before it looks at a value), so the check
+            // below still comes first for such a row.
+            if mergesOnRecords, try mergeOnRecord(row, table: delta.table, key: key, anchor: anchor, policy: policy, tx: tx, order: &order, report: &report) { continue }
+            if schema.mode == .fixed {
+                for name in row.fields.keys where !keyFields.contains(name) && schema.field(name) == nil {
+                    throw StrataError(.fieldNotFound, "\(context(key)) sets field '\(name)', which the table does not have")
+                }
+            }
             var values: [String: Value] = [:]
             for (name, value) in row.fields where !keyFields.contains(name) { values[name] = stored(value, name, schema) }
             let existing = try tx.row(delta.table, key: key, includingDeleted: true)
@@ -231,29 +236,29 @@ public final class SyncClient: Sendable {
         return value
     }
 
-    private func storedKey(_ values: [Value], _ schema: TableSchema) -> RowKey {
-        RowKey(zip(values, schema.primaryKey).map { stored($0, $1, schema) })
-    }
-
     /// The merge of a server row into a live server row — most rows of most deltas — done on
     /// the stored record by `Transaction.mergeServerValues`, with one read and one write and
     /// no `Row`, `RowState` or dictionaries. The decisions are `MergeRules.onRecord`'s, the same
     /// rules as the field-by-field merge. Returns `false` (nothing written) when the row is
     /// absent, a local insert or delete, conflicted, or meets a conflict its policy decides by
     /// looking at it: the caller merges it field by field.
-    private func mergeOnRecord(_ row: ServerRow, table: String, key: RowKey, anchor: String, policy: ConflictPolicy, tx: Transaction, report: inout MergeReport) throws -> Bool {
+    private func mergeOnRecord(
+        _ row: ServerRow, table: String, key: RowKey, anchor: String, policy: ConflictPolicy, tx: Transaction,
+        order: inout [Int], report: inout MergeReport
+    ) throws -> Bool {
         let resolution = MergeRules.fixedResolution(policy)
-        var order: [Int] = []
         var conflict: MergeReport.ConflictRecord? = nil
+        // `order` is the caller's, kept from row to row: one allocation per delta, not per row.
         func decide(_ fields: [Transaction.ServerFieldDecision]) {
+            func outcome(_ i: Int) -> FieldDecision.Outcome { FieldDecision.Outcome(rawValue: fields[i].tag)! }
             // The audit's order, as the field-by-field merge records it: the fields decided by
             // the rules by name, then the conflicting ones by name.
-            let outcomes = fields.map { FieldDecision.Outcome(rawValue: $0.tag)! }
             func before(_ a: Int, _ b: Int) -> Bool {
-                outcomes[a].isConflict != outcomes[b].isConflict ? !outcomes[a].isConflict : fields[a].field < fields[b].field
+                outcome(a).isConflict != outcome(b).isConflict ? !outcome(a).isConflict : fields[a].field < fields[b].field
             }
             // An insertion sort: a row's decisions are a handful, most often one.
-            order = Array(fields.indices)
+            order.removeAll(keepingCapacity: true)
+            order.append(contentsOf: fields.indices)
             for i in order.indices.dropFirst() {
                 var j = i
                 while j > 0 && before(order[j], order[j - 1]) {
@@ -261,11 +266,11 @@ public final class SyncClient: Sendable {
                     j -= 1
                 }
             }
-            let conflicting = order.filter { outcomes[$0].isConflict }.map { fields[$0].field }
-            if let resolution, !conflicting.isEmpty {
+            if let resolution, order.contains(where: { outcome($0).isConflict }) {
+                let conflicting = order.filter { outcome($0).isConflict }.map { fields[$0].field }
                 conflict = MergeReport.ConflictRecord(table: table, key: key, kind: .fields, fields: conflicting, resolution: resolution.kind, policy: policy.kind)
             }
-            report.record(order.map { outcomes[$0] }, conflict: conflict)
+            report.record(order.lazy.map(outcome), conflict: conflict)
         }
         let result = try tx.mergeServerValues(table, key: key, row.fields, kind: .serverChange) {
             MergeRules.onRecord($0, resolution: resolution)

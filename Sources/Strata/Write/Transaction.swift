@@ -50,6 +50,10 @@ public final class Transaction {
     @exclusivity(unchecked) private var rowBuf = ByteWriter(capacity: 512)
     /// Per field id, whether the field holds a value after a merge (`mergeServerValues`).
     @exclusivity(unchecked) private var valued: [Bool] = []
+    /// The field ids of the values a merge on a stored record was given (`mergeServerValues`).
+    @exclusivity(unchecked) private var fieldIDs: [Int] = []
+    /// The fields a merge on a stored record decided (`mergeServerValues`).
+    @exclusivity(unchecked) private var decided: [(id: Int, base: Range<Int>?, local: Range<Int>?, new: Range<Int>, action: ServerFieldAction, tag: UInt8)] = []
     /// Rows touched, kept only when invariant checks are on.
     private var touched: Set<[UInt8]> = []
     /// Changes for observers, collected only when the store has any.
@@ -415,17 +419,25 @@ public final class Transaction {
         }
         valBuf.reset()
         newValues.removeAll(keepingCapacity: true)
-        for (name, value) in values {
+        // Every name is resolved before any value is admitted: a field the table lacks leaves
+        // the row to the caller, which refuses it, whatever else is wrong with the row.
+        fieldIDs.removeAll(keepingCapacity: true)
+        for name in values.keys {
             guard let id = t.fieldID(name) else { return .needsMerge }
+            fieldIDs.append(id)
+        }
+        // A dictionary not changed in between iterates in the same order.
+        for (i, (name, value)) in values.enumerated() {
+            let id = fieldIDs[i]
             if t.isKeyField(id) { continue }
             let v = try t.admit(value, field: id, name: name, nullable: hasPending ? true : nil)
             let start = valBuf.count
             valBuf.appendValue(v)
             newValues.append(NewValue(id: id, range: start..<valBuf.count))
         }
-        newValues.sort { $0.id < $1.id }
+        sortNewValues()
         // One pass over the stored entries and the server's values, both in field id order.
-        var decided: [(id: Int, base: Range<Int>?, local: Range<Int>?, new: Range<Int>, action: ServerFieldAction, tag: UInt8)] = []
+        decided.removeAll(keepingCapacity: true)
         // Which fields hold a value after the merge: a row that would leave a required field
         // null is left to the caller (it may take a default, or be refused with the row's
         // context). Only declared fields (ids below `definitions.count`) can be required.
@@ -481,11 +493,15 @@ public final class Transaction {
             guard let def, !def.isNullable, !t.isKeyField(fid), !t.dropped.contains(fid) else { continue }
             if !valued[fid] { return .needsMerge }
         }
-        let recorded = decided.filter { $0.tag != 0 }
-        let decisions = recorded.map { ServerFieldDecision(field: t.fieldNames[$0.id], action: $0.action, tag: $0.tag) }
+        var decisions: [ServerFieldDecision] = []
+        var ranges: [(base: Range<Int>?, local: Range<Int>?, server: Range<Int>)] = []
+        for d in decided where d.tag != 0 {
+            decisions.append(ServerFieldDecision(field: t.fieldNames[d.id], action: d.action, tag: d.tag))
+            ranges.append((d.base, d.local, d.new))
+        }
         guard changed else { return .merged(decisions, logged: false) }
         let audit = try valBuf.withUnsafeBytes { v in
-            try annotation(ServerFieldValues(decisions: decisions, record: old, values: v, ranges: recorded.map { ($0.base, $0.local, $0.new) }))
+            try annotation(ServerFieldValues(decisions: decisions, record: old, values: v, ranges: ranges))
         }
         try logEdit(kind, t, origin: .server, annotation: audit, old: stored) { (op) throws(StrataError) in
             var flags: RowFlags = []
@@ -809,7 +825,12 @@ public final class Transaction {
                 }
             }
         }
-        // Insertion sort: a handful of fields, usually already in order.
+        sortNewValues()
+    }
+
+    /// Sorts `newValues` by field id. An insertion sort: a handful of fields, usually already
+    /// in order.
+    private func sortNewValues() {
         for i in newValues.indices.dropFirst() {
             var j = i
             let x = newValues[i]

@@ -46,7 +46,7 @@ public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
         })
     }
 
-    mutating func record(_ outcomes: [FieldDecision.Outcome], conflict: ConflictRecord?) {
+    mutating func record(_ outcomes: some Sequence<FieldDecision.Outcome>, conflict: ConflictRecord?) {
         for outcome in outcomes {
             switch outcome {
             case .takeServer: fieldsFromServer += 1
