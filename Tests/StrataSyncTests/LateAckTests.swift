@@ -115,15 +115,7 @@ import Testing
     /// The server deleted the row and another client inserted one under the same key before the
     /// pull: the delta carries the new row, which the acknowledgement meets as before.
     @Test func aDeleteThenARowUnderTheSameKey() async throws {
-        try await withTemporaryFolderAsync { path in
-            let store = try Store(path: path)
-            try store.createTable(priorities)
-            let server = InMemorySyncServer()
-            let sync = SyncClient(store: store)
-            _ = try await sync.sync(with: server)
-            try await store.write { try $0.insert("priorities", ["id": 7, "name": "urgent"]) }
-            let batch = try #require(try sync.nextBatch())
-            let ack = try await server.push(batch)
+        try await withPushedInsert { store, server, sync, ack in
             server.write("priorities", key: 7, nil)
             try sync.merge(try await server.pull(since: try sync.anchor()))
             server.write("priorities", key: 7, ["name": "theirs"])
@@ -141,51 +133,57 @@ import Testing
     /// the device cannot tell whether the server had not created it yet or had deleted it: the
     /// acknowledgement stores it as the server's row and clears the anchor, and the next pull, a
     /// snapshot, removes it (`AckRules.awaitsSnapshot`). Before, the row stayed here for good,
-    /// and an edit of it was answered `conflict` for ever. Both ways to key a new row: the
-    /// server's key and the client's own.
+    /// and an edit of it was answered `conflict` for ever. The same late acknowledgement after a
+    /// snapshot taken before the push keeps the row, which the server then created and holds:
+    /// nothing is lost by taking the row as uncertain. Both ways to key a new row: the server's
+    /// key and the client's own.
     @Test func aSnapshotLeavesOutARowTheServerDeletedBeforeTheLateAck() async throws {
         for serverKey in [true, false] {
-            try await withTemporaryFolderAsync { path in
-                let store = try Store(path: path)
-                try store.createTable(priorities)
-                let server = InMemorySyncServer { c in c.kind == .insert && serverKey ? .ok(c.table, c.key, newKey: 100) : nil }
-                let sync = SyncClient(store: store)
-                try await store.write { try $0.insert("priorities", ["id": serverKey ? -1 : 100, "name": "urgent"]) }
-                let batch = try #require(try sync.nextBatch())
-                let ack = try await server.push(batch)
-                server.write("priorities", key: 100, nil)
-                try sync.merge(try await server.pull(since: nil))
-                let report = try sync.acknowledge(ack)
-                #expect(report.anchorCleared, "server key: \(serverKey)")
-                #expect(try sync.anchor() == nil)
-                _ = try await sync.sync(with: server)
-                #expect(try await store.read { try $0.row("priorities", key: 100) } == nil, "server key: \(serverKey)")
-                #expect(serverRows(server, "priorities") == (try clientRows(store, "priorities")))
-                #expect(try sync.anchor() != nil)
+            for snapshotBeforeThePush in [false, true] {
+                let label = "server key: \(serverKey), snapshot before the push: \(snapshotBeforeThePush)"
+                try await withTemporaryFolderAsync { path in
+                    let store = try Store(path: path)
+                    try store.createTable(priorities)
+                    let server = InMemorySyncServer { c in c.kind == .insert && serverKey ? .ok(c.table, c.key, newKey: 100) : nil }
+                    let sync = SyncClient(store: store)
+                    try await store.write { try $0.insert("priorities", ["id": serverKey ? -1 : 100, "name": "urgent"]) }
+                    let batch = try #require(try sync.nextBatch())
+                    var ack: BatchAck? = nil
+                    if !snapshotBeforeThePush {
+                        ack = try await server.push(batch)
+                        server.write("priorities", key: 100, nil)
+                    }
+                    try sync.merge(try await server.pull(since: nil))
+                    if snapshotBeforeThePush { ack = try await server.push(batch) }
+                    let report = try sync.acknowledge(try #require(ack))
+                    #expect(report.anchorCleared, "\(label)")
+                    #expect(try sync.anchor() == nil)
+                    _ = try await sync.sync(with: server)
+                    let row = try await store.read { try $0.row("priorities", key: 100) }
+                    if snapshotBeforeThePush {
+                        #expect(row?["name"] == "urgent" && row?.isPending == false, "\(label)")
+                    } else {
+                        #expect(row == nil, "\(label)")
+                    }
+                    #expect(serverRows(server, "priorities") == (try clientRows(store, "priorities")), "\(label)")
+                    #expect(try sync.anchor() != nil)
+                }
             }
         }
     }
 
-    /// The same late acknowledgement after a snapshot that was taken before the server applied
-    /// the batch: the row the server then created and still holds is kept, through the next
-    /// snapshot; nothing is lost by taking the row as uncertain.
-    @Test func aSnapshotTakenBeforeThePushKeepsTheRowTheServerCreated() async throws {
-        for serverKey in [true, false] {
-            try await withTemporaryFolderAsync { path in
-                let store = try Store(path: path)
-                try store.createTable(priorities)
-                let server = InMemorySyncServer { c in c.kind == .insert && serverKey ? .ok(c.table, c.key, newKey: 100) : nil }
-                let sync = SyncClient(store: store)
-                try await store.write { try $0.insert("priorities", ["id": serverKey ? -1 : 100, "name": "urgent"]) }
-                let batch = try #require(try sync.nextBatch())
-                try sync.merge(try await server.pull(since: nil))
-                let report = try sync.acknowledge(try await server.push(batch))
-                #expect(report.anchorCleared, "server key: \(serverKey)")
-                _ = try await sync.sync(with: server)
-                let row = try await store.read { try $0.row("priorities", key: 100) }
-                #expect(row?["name"] == "urgent" && row?.isPending == false, "server key: \(serverKey)")
-                #expect(serverRows(server, "priorities") == (try clientRows(store, "priorities")))
-            }
+    /// Runs `body` on a synced store whose insert of priority 7 is frozen in a batch the server
+    /// has applied, with the server's acknowledgement not applied yet.
+    func withPushedInsert(_ body: (Store, InMemorySyncServer, SyncClient, BatchAck) async throws -> Void) async throws {
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(priorities)
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store)
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.insert("priorities", ["id": 7, "name": "urgent"]) }
+            let batch = try #require(try sync.nextBatch())
+            try await body(store, server, sync, try await server.push(batch))
         }
     }
 
@@ -194,15 +192,7 @@ import Testing
     /// the server's deletes.
     @Test func theAnchorStaysWhenTheAcknowledgedRowIsCertain() async throws {
         for snapshot in [true, false] {
-            try await withTemporaryFolderAsync { path in
-                let store = try Store(path: path)
-                try store.createTable(priorities)
-                let server = InMemorySyncServer()
-                let sync = SyncClient(store: store)
-                _ = try await sync.sync(with: server)
-                try await store.write { try $0.insert("priorities", ["id": 7, "name": "urgent"]) }
-                let batch = try #require(try sync.nextBatch())
-                let ack = try await server.push(batch)
+            try await withPushedInsert { store, server, sync, ack in
                 try sync.merge(try await server.pull(since: snapshot ? nil : try sync.anchor()))
                 let report = try sync.acknowledge(ack)
                 #expect(!report.anchorCleared, "snapshot: \(snapshot)")
