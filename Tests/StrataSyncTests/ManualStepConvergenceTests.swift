@@ -15,7 +15,9 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
 /// Randomized convergence of several clients that run the sync steps themselves —
 /// `nextBatch()`, push, `acknowledge(_:)`, pull and `merge(_:)`, `resolve` — in random
 /// interleavings: an acknowledgement may come late, after local edits, merges, and other writers'
-/// changes; a response may be lost and the batch pushed again. The server (an
+/// changes; a response may be lost and the batch pushed again. Now and then a client pulls a full
+/// snapshot (`pull(since: nil)`, an app's "refresh all") whatever its anchor, batch in flight or
+/// not (`AckRules.awaitsSnapshot`). The server (an
 /// `InMemorySyncServer`) gives new parent rows its own keys, and is edited directly as a third
 /// writer. At the end everyone settles, and client and server must be equal, nothing pending,
 /// every store consistent, and no edit lost (see `Oracle`).
@@ -41,6 +43,7 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
         var ran = 0
         var again = 0
         var cleared = 0
+        var refreshes = 0
         // `STRATA_TRIAL_SEED` replays one trial alone, by the seed a failure prints for it.
         let only = ProcessInfo.processInfo.environment["STRATA_TRIAL_SEED"].flatMap(UInt64.init)
         for trial in 0..<(only == nil ? trials : 1) {
@@ -60,9 +63,10 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
             steps += sim.trace.count
             again += sim.trace.count { $0.contains("(key used again)") }
             cleared += sim.trace.count { $0.contains("(anchor cleared)") }
+            refreshes += sim.trace.count { $0.contains("snapshot (refresh)") }
             ran += 1
         }
-        print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps, \(again) inserts under a key used again, \(cleared) acknowledgements that cleared the anchor")
+        print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps, \(again) inserts under a key used again, \(cleared) acknowledgements that cleared the anchor, \(refreshes) snapshots pulled at random")
     }
 }
 
@@ -344,6 +348,9 @@ final class StepSimulation {
 
     func step() async throws {
         let c = clients[g.below(clients.count)]
+        // Now and then a full snapshot, pulled and merged at any moment ("refresh all"), batch
+        // in flight or not (`AckRules.awaitsSnapshot`).
+        if g.below(25) == 0 { return try await pullAndMerge(c, snapshot: true) }
         switch g.below(11) {
         case 0, 1, 2: try localEdit(c)
         case 3: try freeze(c)
@@ -514,12 +521,14 @@ final class StepSimulation {
         note("client \(c.id): acknowledge \(ack.batchID)")
     }
 
-    func pullAndMerge(_ c: StepClient) async throws {
-        let anchor = try c.sync.anchor()
+    /// Pulls from the stored anchor and merges; with `snapshot`, pulls a full snapshot
+    /// (`pull(since: nil)`) whatever the anchor, as an app's "refresh all" does.
+    func pullAndMerge(_ c: StepClient, snapshot: Bool = false) async throws {
+        let anchor = snapshot ? nil : try c.sync.anchor()
         let delta = try await server.pull(since: anchor)
         try c.sync.merge(delta)
         try readAudits(c)
-        note("client \(c.id): merge \(anchor ?? "nil") → \(delta.anchor): \(delta.tables.map { "\($0.table) +\($0.upserts.map { $0.fields["id"]!.description }) -\($0.deletes)" })")
+        note("client \(c.id): merge\(snapshot ? " snapshot (refresh)" : "") \(anchor ?? "nil") → \(delta.anchor): \(delta.tables.map { "\($0.table) +\($0.upserts.map { $0.fields["id"]!.description }) -\($0.deletes)" })")
     }
 
     /// Resolves every deferred conflict, each for a random side.
