@@ -208,31 +208,54 @@ import Testing
     /// the anchor (`AckRules.awaitsSnapshot`) and the next pull, a snapshot, brings the later
     /// value. A delta pulled before the push (a server write of the same values) looks the
     /// same to the device; the snapshot then keeps what the batch sent.
+    ///
+    /// Found by a review of `AckRules.superseded`: the same set-back after the push, but the app
+    /// pulled before the push, while another writer changed another field, so the merge changed
+    /// the row and the `ok` was skipped; the title stayed pending, went up again, and "mine"
+    /// overwrote the later "a" on the server, under every policy. Now the title, which the merge
+    /// did not show, is acknowledged and the anchor cleared (`AckRules.unseenSent`).
     @Test func aLaterChangeBackToTheOriginalsIsNotLost() async throws {
-        for pulledBeforeThePush in [false, true] {
-            try await withStoreAsync { store in
-                let server = InMemorySyncServer()
-                let original: [String: Value] = ["title": "a", "priority": 0, "done": false, "notes": nil]
-                server.write("tasks", key: 1, original)
-                let sync = SyncClient(store: store, policy: .clientWins)
-                _ = try await sync.sync(with: server)
-                try await store.write { try $0.update("tasks", key: 1, ["title": "mine"]) }
-                let batch = try #require(try sync.nextBatch())
-                var ack: BatchAck? = nil
-                if !pulledBeforeThePush { ack = try await server.push(batch) }
-                server.write("tasks", key: 1, original)
-                let delta = try await server.pull(since: try sync.anchor())
-                #expect(delta.tables.first?.upserts.count == 1)
-                try sync.merge(delta)
-                if pulledBeforeThePush { ack = try await server.push(batch) }
-                let report = try sync.acknowledge(try #require(ack))
-                #expect(report.anchorCleared && report.superseded == 0, "pulled before the push: \(pulledBeforeThePush)")
-                #expect(try sync.anchor() == nil)
-                _ = try await sync.sync(with: server)
-                let expected: Value = pulledBeforeThePush ? "mine" : "a"
-                #expect(server.rows("tasks")[1]?["title"] == expected, "pulled before the push: \(pulledBeforeThePush)")
-                #expect(try await store.read { try $0.pendingRows() }.isEmpty)
-                #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")), "pulled before the push: \(pulledBeforeThePush)")
+        typealias Case = (name: String, pullBeforeThePush: Bool, otherFieldChanged: Bool, setBack: Bool, superseded: Int, title: Value)
+        let cases: [Case] = [
+            ("pulled after the push and the set-back", false, false, true, 0, "a"),
+            ("pulled before the push, a write of the same values", true, false, false, 0, "mine"),
+            ("pulled before the push, another field changed, set back after the push", true, true, true, 1, "a"),
+            ("pulled before the push, another field changed, nothing after the push", true, true, false, 1, "mine"),
+        ]
+        for c in cases {
+            for policy in [ConflictPolicy.serverWins, .clientWins] {
+                let label = "\(c.name), \(policy.kind)"
+                try await withStoreAsync { store in
+                    let server = InMemorySyncServer()
+                    let original: [String: Value] = ["title": "a", "priority": 0, "done": false, "notes": nil]
+                    server.write("tasks", key: 1, original)
+                    let sync = SyncClient(store: store, policy: policy)
+                    _ = try await sync.sync(with: server)
+                    try await store.write { try $0.update("tasks", key: 1, ["title": "mine"]) }
+                    let batch = try #require(try sync.nextBatch())
+                    // Another writer sets fields of the row, leaving the others as the server holds them.
+                    func otherWriter(_ fields: [String: Value]) {
+                        server.write("tasks", key: 1, (server.rows("tasks")[1] ?? [:]).merging(fields) { _, new in new })
+                    }
+                    otherWriter(c.otherFieldChanged ? ["notes": "theirs"] : [:])
+                    var ack: BatchAck? = nil
+                    if !c.pullBeforeThePush { ack = try await server.push(batch) }
+                    if c.setBack { otherWriter(["title": "a"]) }
+                    let delta = try await server.pull(since: try sync.anchor())
+                    #expect(delta.tables.first?.upserts.count == 1, "\(label)")
+                    try sync.merge(delta)
+                    if c.pullBeforeThePush {
+                        ack = try await server.push(batch)
+                        if c.setBack { otherWriter(["title": "a"]) }
+                    }
+                    let report = try sync.acknowledge(try #require(ack))
+                    #expect(report.anchorCleared && report.superseded == c.superseded, "\(label): \(report)")
+                    #expect(try sync.anchor() == nil, "\(label)")
+                    _ = try await sync.sync(with: server)
+                    #expect(server.rows("tasks")[1]?["title"] == c.title, "\(label)")
+                    #expect(try await store.read { try $0.pendingRows() }.isEmpty, "\(label)")
+                    #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")), "\(label)")
+                }
             }
         }
     }

@@ -31,7 +31,8 @@ import Strata
 ///   acknowledged as from that, meets the merged row by the merge rules (``echoed``).
 /// - **a row of the batch that a merge before the acknowledgement changed**: that delta may be
 ///   newer than the acknowledgement, so the `ok` is skipped and the merged row stands
-///   (``superseded``).
+///   (``superseded``), except for sent fields the merge did not show, which are acknowledged,
+///   with the anchor cleared so that the next pull is a full snapshot (``unseenSent``).
 /// - **a row of the batch that a snapshot merged before the acknowledgement left out, or that a
 ///   delta upserted without changing it** (the same apps): the device cannot tell whether the
 ///   delta came before or after the server applied the batch, so the acknowledgement clears the
@@ -199,6 +200,34 @@ package enum AckRules {
     /// sent, still pending, and the next pull settles it; the skip costs at most one more upload.
     static func superseded(mergedSinceFreeze: Bool) -> Bool {
         mergedSinceFreeze
+    }
+
+    /// A superseded update whose merges since the freeze did not show some of the fields it sent:
+    /// the row with those fields acknowledged as ``ok`` would (the sent value their original, the
+    /// current kept), or `nil` when the merges showed every one. The acknowledgement then also
+    /// clears the anchor, so that the next pull is a full snapshot.
+    ///
+    /// A sent field whose original is still the one the batch sent as its base (and is not in
+    /// conflict) was not changed by those merges: the delta listed the row for other fields.
+    /// That delta came either before the push, or after it with the field set back to its base
+    /// by another writer. Left pending as merged, the field went up again and the sent value
+    /// overwrote that writer's later one, which the device took for no change (found by a
+    /// review of ``superseded``; `InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`).
+    /// Acknowledged, the field is what the server confirmed, and the snapshot, taken after the
+    /// server applied the batch, brings any later value as a server change.
+    static func unseenSent(_ change: RowChange, local: RowState?) -> RowState? {
+        guard change.kind == .update, let local, !local.isDeleted, !local.isInserted else { return nil }
+        var state = local
+        var adopted = false
+        for (f, sent) in change.values {
+            let field = local.fields[f] ?? .clean(.null)
+            guard !field.isInConflict, field.original == (change.originals[f] ?? .null) else { continue }
+            state.fields[f] = RowState.Field(original: sent, current: field.current)
+            adopted = true
+        }
+        guard adopted else { return nil }
+        state.fields = state.fields.filter { !($0.value.original.isNull && $0.value.current.isNull) }
+        return state
     }
 
     /// Whether an accepted insert or update leaves the device unsure what the server holds for

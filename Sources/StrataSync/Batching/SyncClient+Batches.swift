@@ -34,12 +34,14 @@ public struct AckReport: Sendable, Hashable {
     /// Accepted rows that a merge had changed after the batch was frozen: the merged state
     /// stands. A delta pulled after the server applied the batch is newer than the
     /// acknowledgement; one pulled before left the row holding what it sent, still pending, and
-    /// the next pull settles it.
+    /// the next pull settles it. Sent fields the merge did not show are acknowledged all the
+    /// same (see ``anchorCleared``).
     public var superseded = 0
     /// Whether the acknowledgement cleared the anchor, so that the next pull is a full snapshot:
     /// a merge while the batch was in flight left the device unsure what the server holds for
-    /// an accepted row (a snapshot that left it out, or a delta that upserted it unchanged; see
-    /// `AckRules.awaitsSnapshot`). Only an app that merges between `nextBatch()` and
+    /// an accepted row (a snapshot that left it out, a delta that upserted it unchanged, or one
+    /// that changed it but not a field the batch sent; see `AckRules.awaitsSnapshot` and
+    /// `AckRules.unseenSent`). Only an app that merges between `nextBatch()` and
     /// `acknowledge(_:)` meets this.
     public var anchorCleared = false
 }
@@ -379,6 +381,10 @@ extension SyncClient {
                                     report.acknowledged += 1
                                     continue
                                 }
+                            }
+                            if let state = AckRules.unseenSent(change, local: local) {
+                                try tx.setRowState(change.table, key: change.key, state, kind: .acknowledge, origin: .server, annotation: Array(batch.id.utf8))
+                                report.anchorCleared = true
                             }
                             report.superseded += 1
                             continue
