@@ -31,8 +31,9 @@ import Strata
 ///   acknowledged as from that, meets the merged row by the merge rules (``echoed``).
 /// - **a row of the batch that a merge before the acknowledgement changed**: that delta may be
 ///   newer than the acknowledgement, so the `ok` is skipped and the merged row stands
-///   (``superseded``), except for sent fields the merge did not show, which are acknowledged,
-///   with the anchor cleared so that the next pull is a full snapshot (``unseenSent``).
+///   (`AckReport.superseded`), except for sent fields the merge did not show, which are
+///   acknowledged, with the anchor cleared so that the next pull is a full snapshot
+///   (``unseenSent``).
 /// - **a row of the batch that a snapshot merged before the acknowledgement left out, or that a
 ///   delta upserted without changing it** (the same apps): the device cannot tell whether the
 ///   delta came before or after the server applied the batch, so the acknowledgement clears the
@@ -193,26 +194,18 @@ package enum AckRules {
         return !sinceDelete.contains { ($0.origin == .server || $0.kind == .imported) && !$0.isPendingInsert }
     }
 
-    /// Whether an accepted `ok` is skipped, the row left as it stands (`AckReport.superseded`):
-    /// a merge since the freeze changed the row. That delta may have been pulled after the
-    /// server applied the batch, and then holds a server state newer than the acknowledgement,
-    /// which the sent values must not overwrite. One pulled before left the row holding what it
-    /// sent, still pending, and the next pull settles it; the skip costs at most one more upload.
-    static func superseded(mergedSinceFreeze: Bool) -> Bool {
-        mergedSinceFreeze
-    }
-
-    /// A superseded update whose merges since the freeze did not show some of the fields it sent:
-    /// the row with those fields acknowledged as ``ok`` would (the sent value their original, the
-    /// current kept), or `nil` when the merges showed every one. The acknowledgement then also
-    /// clears the anchor, so that the next pull is a full snapshot.
+    /// A superseded update (a merge since the freeze changed the row, so the `ok` is skipped and
+    /// the merged row stands: `AckReport.superseded`) whose merges did not show some of the
+    /// fields it sent: the row with those fields acknowledged as ``ok`` would (the sent value
+    /// their original, the current kept), or `nil` when the merges showed every one. The
+    /// acknowledgement then also clears the anchor, so that the next pull is a full snapshot.
     ///
     /// A sent field whose original is still the one the batch sent as its base (and is not in
     /// conflict) was not changed by those merges: the delta listed the row for other fields.
     /// That delta came either before the push, or after it with the field set back to its base
     /// by another writer. Left pending as merged, the field went up again and the sent value
     /// overwrote that writer's later one, which the device took for no change (found by a
-    /// review of ``superseded``; `InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`).
+    /// review of the superseded case; `InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`).
     /// Acknowledged, the field is what the server confirmed, and the snapshot, taken after the
     /// server applied the batch, brings any later value as a server change.
     static func unseenSent(_ change: RowChange, local: RowState?) -> RowState? {
@@ -235,7 +228,7 @@ package enum AckRules {
     /// snapshot, which settles it: it is taken after the server applied the batch. The `ok` is
     /// applied as usual (the sent values become the originals). Two merges since the freeze
     /// that did not change the row (`rowMergedSinceFreeze`, under the key the row has after the
-    /// acknowledgement; a merge that changed it is ``superseded``) leave that doubt:
+    /// acknowledgement; a merge that changed it supersedes the `ok`) leave that doubt:
     ///
     /// - **A snapshot that left the row out** (`snapshotSinceFreeze`). A snapshot lists the
     ///   rows the server holds when it is taken, and no deletes. It was taken either before the

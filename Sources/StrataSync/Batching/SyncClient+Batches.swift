@@ -361,9 +361,12 @@ extension SyncClient {
                     let local = try tx.row(change.table, key: change.key, includingDeleted: true).map(RowState.init)
                     switch result.status {
                     case .ok:
-                        // A delta merged after the batch was frozen may hold a server state newer
-                        // than this acknowledgement (`AckRules.superseded`).
-                        if try AckRules.superseded(mergedSinceFreeze: Self.mergedSince(frozenAt, change.table, change.key, tx)) {
+                        // A merge after the batch was frozen changed the row: that delta may hold
+                        // a server state newer than this acknowledgement, which the sent values
+                        // must not overwrite, so the merged row stands (but see `AckRules.unseenSent`).
+                        // One pulled before the push left the row holding what it sent, still
+                        // pending, and the next pull settles it.
+                        if try Self.mergedSince(frozenAt, change.table, change.key, tx) {
                             // The merge brought back the row this insert created, and the device
                             // held the insert, or had deleted it, then (`AckRules.echoed`).
                             if change.kind == .insert, result.newKey == nil || result.newKey == change.key,
@@ -437,15 +440,8 @@ extension SyncClient {
                     }
                 }
                 try Self.saveRejected(rejected, tx)
-                try tx.setProperty(Self.inFlightProperty, nil)
-                try tx.setProperty(Self.batchStateProperty, nil)
-                try tx.setProperty(Self.frozenAtProperty, nil)
-                try tx.setProperty(Self.serverDeletesProperty, nil)
-                try tx.setProperty(Self.echoesProperty, nil)
-                try tx.setProperty(Self.listedProperty, nil)
-                try tx.setProperty(Self.snapshotMergedProperty, nil)
+                try Self.dropInFlight(tx)
                 if report.anchorCleared { try tx.setProperty(Self.anchorProperty, nil) }
-                try tx.unpinLog(Self.batchPin)
                 try tx.setProperty(Self.lastAckProperty, .string(batch.id))
                 return report
             }
@@ -653,8 +649,9 @@ extension SyncClient {
 
     static func rowID(_ table: String, _ key: RowKey) -> RowID { RowID(table: table, key: key) }
 
-    /// Forgets the batch in flight without acknowledging it: its rows stay pending (only an
-    /// acknowledgement settles them), and the batch counter stays where it is.
+    /// Forgets the batch in flight and what merges noted for it. Called alone, without
+    /// acknowledging it: its rows stay pending (only an acknowledgement settles them), and the
+    /// batch counter stays where it is.
     static func dropInFlight(_ tx: Transaction) throws {
         guard try tx.property(inFlightProperty) != nil else { return }
         try tx.setProperty(inFlightProperty, nil)
