@@ -308,6 +308,7 @@ public final class Store: Sendable {
                     for request in group { request.resetOutcome() }
                     committedCatalog = nil
                     let working = OverlayBuffer(try overlayVersion(for: txn.reader))
+                    let lsnBefore = working.version.lsn
                     var catalog = try currentCatalog(txn)
                     /// Runs one closure in `t` (the transaction, or a nested one).
                     func run(_ request: WriteRequest, in t: LMDB.WriteTransaction) throws {
@@ -347,11 +348,14 @@ public final class Store: Sendable {
                             }
                         }
                     }
-                    // Not stamped with `txn.id`: LMDB gives that id to this commit only if it
-                    // writes something (a write transaction that changed nothing commits nothing,
-                    // and the next commit, perhaps another process's, takes the id). The first
-                    // snapshot to use this version checks it against the log instead, and stamps it.
-                    working.version.lmdbTxnID = 0
+                    // Stamped with `txn.id` only when the transaction appended to the log: LMDB
+                    // gives that id to this commit only if it writes something (one that changed
+                    // nothing commits nothing, and the next commit, perhaps another process's,
+                    // takes the id). The version is published only once the commit succeeded, so
+                    // a snapshot of that id reads exactly this state. Stamped, the next write and
+                    // the next reads take it without reading the log's end; unstamped, the first
+                    // snapshot to use it checks it against the log, and stamps it.
+                    working.version.lmdbTxnID = working.version.lsn > lsnBefore ? txn.id : 0
                     committedOverlay = working.version
                 }
             }

@@ -127,7 +127,12 @@ enum MetaKey {
 
 extension ReadableTransaction {
     func meta(_ key: String, in views: StoreDatabases) throws(StrataError) -> UnsafeRawBufferPointer? {
-        try lmdb { () throws(LMDBError) in try get(Array(key.utf8), in: views.meta) }
+        // The keys are literals, already contiguous UTF-8: read in place, no array per read.
+        var key = key
+        let value = key.withUTF8 { k in
+            Result { () throws(LMDBError) in try get(UnsafeRawBufferPointer(k), in: views.meta) }
+        }
+        return try lmdb { () throws(LMDBError) in try value.get() }
     }
 
     /// A counter kept in `meta`: exactly 8 bytes, at most ``Counter/limit`` (else corruptRecord).

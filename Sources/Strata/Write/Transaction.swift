@@ -72,7 +72,15 @@ public final class Transaction {
         self.views = store.views
         self.workingCatalog = catalog
         self.baseCatalogVersion = catalog.version
-        self.nextLSN = try writer.lastLSN(in: store.views) + 1
+        // The overlay a write starts from reaches the log's end (`Store.overlayVersion(for:)`),
+        // and each closure of a group moves it on: no need to read the log's last key.
+        self.nextLSN = overlay.version.lsn + 1
+        if store.options.checkInvariants {
+            let end = try writer.lastLSN(in: store.views)
+            guard end == overlay.version.lsn else {
+                throw StrataError(.corruptRecord, "invariant: the overlay ends at LSN \(overlay.version.lsn), the log at \(end)")
+            }
+        }
         self.firstLSN = nextLSN
         if !store.observers.isEmpty { changes = [] }
         self.timestampMicros = UInt64(max(0, (Date().timeIntervalSince1970 * 1_000_000).rounded()))
