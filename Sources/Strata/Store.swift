@@ -302,6 +302,8 @@ public final class Store: Sendable {
     func commitGroup(_ group: [WriteRequest]) -> [CommitNotification] {
         var committedOverlay: OverlayVersion?
         var committedCatalog: Catalog?
+        /// The id the commit takes, when it writes something (`mdb_txn_id`).
+        var commitID = CachedCatalog.unknown
         do {
             try Store.mappingStorageErrors {
                 try env.write { txn in
@@ -357,6 +359,7 @@ public final class Store: Sendable {
                     // snapshot to use it checks it against the log, and stamps it.
                     working.version.lmdbTxnID = working.version.lsn > lsnBefore ? txn.id : 0
                     committedOverlay = working.version
+                    commitID = txn.id
                 }
             }
         } catch {
@@ -370,7 +373,8 @@ public final class Store: Sendable {
         // Only after the commit, so that no snapshot sees view changes its log does not have.
         if let committedOverlay { overlay.publish(committedOverlay) }
         core.hasWritten.store(true, ordering: .relaxed)
-        if let committedCatalog { publish(committedCatalog) }
+        // A changed catalog was written to `meta`, so the commit took `commitID`.
+        if let committedCatalog { publish(committedCatalog, currentAt: commitID) }
         // Nothing is told about a closure that rolled back.
         return group.compactMap { $0.error == nil ? $0.notification : nil }
     }
@@ -476,17 +480,31 @@ public final class Store: Sendable {
     // MARK: Catalog
 
     /// The catalog as of `txn`: the cached one if its version is current, else reloaded.
+    ///
+    /// A snapshot the cached catalog is known to be current for takes it without reading `meta`
+    /// (the committed state a snapshot id names never changes: LMDB gives a commit's id to no
+    /// other commit). A write transaction is asked before it writes, when it still reads its
+    /// snapshot's catalog.
     func currentCatalog(_ txn: some ReadableTransaction) throws(StrataError) -> Catalog {
-        let version = try txn.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0
+        let snapshot = txn.snapshotID
         let cached = core.cachedCatalog.withLock { $0 }
-        if cached.version == version { return cached }
+        if cached.snapshotID == snapshot { return cached.catalog }
+        let version = try txn.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0
+        if cached.catalog.version == version {
+            core.cachedCatalog.withLock { if $0.catalog.version == version { $0.snapshotID = snapshot } }
+            return cached.catalog
+        }
         let fresh = try Store.loadCatalog(txn, views)
-        publish(fresh)
+        publish(fresh, currentAt: snapshot)
         return fresh
     }
 
-    func publish(_ catalog: Catalog) {
-        core.cachedCatalog.withLock { if catalog.version >= $0.version { $0 = catalog } }
+    /// Caches `catalog` unless a newer one is cached; `snapshot` is the snapshot it is known to
+    /// be current for, if any.
+    func publish(_ catalog: Catalog, currentAt snapshot: Int? = nil) {
+        core.cachedCatalog.withLock {
+            if catalog.version >= $0.catalog.version { $0 = CachedCatalog(catalog: catalog, snapshotID: snapshot ?? CachedCatalog.unknown) }
+        }
     }
 
     static func loadCatalog(_ txn: some ReadableTransaction, _ views: StoreDatabases) throws(StrataError) -> Catalog {

@@ -29,8 +29,9 @@ final class StoreCore: @unchecked Sendable {
     let clientID: String
     let env: Environment
     let views: StoreDatabases
-    /// The catalog last seen; every transaction checks its version against `meta`.
-    let cachedCatalog: Locked<Catalog>
+    /// The catalog last seen; a transaction checks its version against `meta`, unless it reads
+    /// the snapshot the catalog was last found current for (`Store.currentCatalog`).
+    let cachedCatalog: Locked<CachedCatalog>
     let observers = Observers()
     /// Shared `flock` on `strata.lock` in the store's folder, held while the store is open, so
     /// that ``Store/reclaimSpace(at:)`` can tell that nobody has it open.
@@ -114,7 +115,7 @@ final class StoreCore: @unchecked Sendable {
             throw error
         }
         (views, clientID) = (opened.0, opened.1)
-        cachedCatalog = Locked(opened.2)
+        cachedCatalog = Locked(CachedCatalog(catalog: opened.2, snapshotID: CachedCatalog.unknown))
     }
 
     deinit {
@@ -388,4 +389,12 @@ final class StoreRegistry: @unchecked Sendable {
 /// `close(2)` under a name that `Store.close()` does not shadow inside `Store`'s extensions.
 func closeDescriptor(_ fd: Int32) {
     _ = close(fd)
+}
+
+/// A store's catalog, and the LMDB snapshot (`snapshotID`) it is known to be current for.
+struct CachedCatalog {
+    /// No snapshot id is negative.
+    static let unknown = -1
+    var catalog: Catalog
+    var snapshotID: Int
 }

@@ -26,6 +26,9 @@ import StrataSync
 //     Opens the store, inserts row <id> into its table "t" (fields id, v) in one write, prints
 //     "OK" and exits without closing: the process makes exactly that one commit (a close would
 //     add a checkpoint's).
+//   strata-crash-helper create-table-and-exit <store> <name>
+//     Opens the store, creates table <name> (fields id, v) and inserts row 1 into it, prints
+//     "OK" and exits without closing.
 //
 //   strata-crash-helper checkpoint <store>
 //     Opens the store, checkpoints (its overlay is the log's tail, folded on open), prints "OK".
@@ -87,6 +90,16 @@ if arguments.count == 4, arguments[1] == "insert-and-exit", let id = Int64(argum
     options.createIfMissing = false
     let store = try Store(path: arguments[2], options: options)
     try store.write { try $0.insert("t", ["id": .int(id), "v": "from another process"]) }
+    say("OK")
+    exit(0)
+}
+
+if arguments.count == 4, arguments[1] == "create-table-and-exit" {
+    var options = StoreOptions()
+    options.createIfMissing = false
+    let store = try Store(path: arguments[2], options: options)
+    try store.createTable(.fixed(arguments[3], fields: [.int("id"), .string("v")]))
+    try store.write { try $0.insert(arguments[3], ["id": 1, "v": "from another process"]) }
     say("OK")
     exit(0)
 }

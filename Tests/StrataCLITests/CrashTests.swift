@@ -278,6 +278,27 @@ extension TwoProcessTests {
         #expect(report.isConsistent, "\(report)")
     }
 
+    /// A table another process creates is there for this process's next snapshot and write,
+    /// though this process had found its cached catalog current for its last snapshot (a read
+    /// and a write of the same snapshot take that catalog without reading `meta`).
+    @Test func aTableAnotherProcessCreatesIsSeenByTheNextReadAndWrite() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("strata-2proc-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let store = try Store(path: path)
+        try store.createTable(.fixed("t", fields: [.int("id"), .string("v")]))
+        try store.write { try $0.insert("t", ["id": 1, "v": "here"]) }
+        #expect(try store.read { try $0.tables.map(\.name) } == ["t"])
+        #expect(try store.read { try $0.count("t") } == 1)
+        let other = try ResourceLimitTests.runHelper(["create-table-and-exit", path, "u"])
+        try #require(other.status == 0 && other.lines == ["OK"], "the other process failed: \(other.lines)")
+        #expect(try store.read { try $0.tables.map(\.name).sorted() } == ["t", "u"])
+        #expect(try store.read { try $0.row("u", key: 1)?["v"] } == "from another process")
+        try store.write { try $0.insert("u", ["id": 2, "v": "here too"]) }
+        #expect(try store.read { try $0.rows("u").map(\.key) } == [1, 2])
+        let report = try store.verify()
+        #expect(report.isConsistent, "\(report)")
+    }
+
     /// A process that only reads keeps no more overlay than the writing process has not
     /// checkpointed: once the other process checkpoints, the entries this one folded from the
     /// log's tail are in the views, and its next snapshot drops them instead of carrying them
