@@ -302,8 +302,9 @@ public final class Store: Sendable {
     func commitGroup(_ group: [WriteRequest]) -> [CommitNotification] {
         var committedOverlay: OverlayVersion?
         var committedCatalog: Catalog?
-        /// The id the commit takes, when it writes something (`mdb_txn_id`).
-        var commitID = CachedCatalog.unknown
+        /// The catalog of the committed state, with the id the commit takes (`mdb_txn_id`), when
+        /// the commit writes something.
+        var catalogAtCommit: (catalog: Catalog, id: Int)?
         do {
             try Store.mappingStorageErrors {
                 try env.write { txn in
@@ -357,9 +358,12 @@ public final class Store: Sendable {
                     // a snapshot of that id reads exactly this state. Stamped, the next write and
                     // the next reads take it without reading the log's end; unstamped, the first
                     // snapshot to use it checks it against the log, and stamps it.
-                    working.version.lmdbTxnID = working.version.lsn > lsnBefore ? txn.id : 0
+                    let appended = working.version.lsn > lsnBefore
+                    working.version.lmdbTxnID = appended ? txn.id : 0
                     committedOverlay = working.version
-                    commitID = txn.id
+                    // Likewise the catalog (changed, it was written to `meta`): the next write and
+                    // reads take it without reading its version.
+                    catalogAtCommit = appended || committedCatalog != nil ? (catalog, txn.id) : nil
                 }
             }
         } catch {
@@ -373,8 +377,7 @@ public final class Store: Sendable {
         // Only after the commit, so that no snapshot sees view changes its log does not have.
         if let committedOverlay { overlay.publish(committedOverlay) }
         core.hasWritten.store(true, ordering: .relaxed)
-        // A changed catalog was written to `meta`, so the commit took `commitID`.
-        if let committedCatalog { publish(committedCatalog, currentAt: commitID) }
+        if let catalogAtCommit { publish(catalogAtCommit.catalog, currentAt: catalogAtCommit.id) }
         // Nothing is told about a closure that rolled back.
         return group.compactMap { $0.error == nil ? $0.notification : nil }
     }
