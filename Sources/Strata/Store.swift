@@ -166,7 +166,7 @@ public final class Store: Sendable {
     /// the folder again with ``init(path:options:)``. Closing twice does nothing.
     ///
     /// Closing also ends the observations made through this `Store` (``observe(_:)``,
-    /// ``changes()``), though other `Store`s on the folder may write on.
+    /// ``changes(bufferingPolicy:)``), though other `Store`s on the folder may write on.
     ///
     /// `close()` does not wait, so it may be called from inside a transaction of this store.
     public func close() {

@@ -89,6 +89,28 @@ import Testing
             #expect(kinds == [.inserted, .deleted])
         }
     }
+
+    /// A consumer that falls behind holds only as many change sets as its buffer keeps, the
+    /// newest; the stream still ends when the store closes.
+    @Test func aBoundedChangeStreamKeepsTheNewestChangeSets() async throws {
+        try await withTemporaryFolderAsync { path in
+            let store = try Store(path: path)
+            try store.createTable(tasksSchema)
+            let stream = store.changes(bufferingPolicy: .bufferingNewest(2))
+            // A lone synchronous writer delivers before its write returns: ten change sets
+            // reach the stream before anything consumes it. (A function of its own, so that the
+            // synchronous `write` is the one called.)
+            func writeTen() throws -> UInt64 {
+                for id in 1...10 { try store.write { try $0.insert("tasks", ["id": .int(Int64(id)), "title": "t"]) } }
+                return try store.read { try $0.lastLSN }
+            }
+            let last = try writeTen()
+            store.close()
+            var lsns: [UInt64] = []
+            for await n in stream { lsns.append(n.lsns.lowerBound) }
+            #expect(lsns == [last - 1, last])
+        }
+    }
 }
 
 @Suite struct ProgressTests {

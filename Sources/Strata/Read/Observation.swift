@@ -147,8 +147,19 @@ extension Store {
     /// to ``observe(_:)``). The sequence ends, after the changes delivered before, when this
     /// `Store` is closed (``close()``) or released; it stops when the consuming task is
     /// cancelled. On a closed `Store` it ends at once.
-    public func changes() -> AsyncStream<CommitNotification> {
-        AsyncStream { continuation in
+    ///
+    /// Writers never wait for the consumer: change sets it has not taken yet are buffered.
+    /// With the default `.unbounded` a consumer slower than the writers holds every change set
+    /// it is behind on. `.bufferingNewest(n)` bounds that memory: when the buffer is full, the
+    /// oldest change set is dropped, so a consumer that must not miss a change (rather than
+    /// only learn that something changed) keeps the default, or compares
+    /// ``CommitNotification/lsns`` with the last one it saw and reads the store for the gap.
+    ///
+    /// - Parameter bufferingPolicy: how many change sets to keep for a consumer that falls behind.
+    public func changes(
+        bufferingPolicy: AsyncStream<CommitNotification>.Continuation.BufferingPolicy = .unbounded
+    ) -> AsyncStream<CommitNotification> {
+        AsyncStream(bufferingPolicy: bufferingPolicy) { continuation in
             guard let token = addObservation({ continuation.yield($0) }, onEnd: { continuation.finish() }) else {
                 return continuation.finish()
             }
