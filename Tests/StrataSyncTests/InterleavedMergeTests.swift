@@ -259,4 +259,46 @@ import Testing
             }
         }
     }
+
+    // MARK: A merge that met a sent field another writer changed after the push
+
+    /// The server applied the batch ("mine" for the title; the response was lost, say), another
+    /// writer then set the title to "theirs", and the app pulled before acknowledging. The merge
+    /// meets "mine" as a pending edit (the device does not know yet that the server took it)
+    /// against "theirs": a conflict. Client wins keeps "mine"; the acknowledgement skips the `ok`
+    /// (superseded: the merge changed the row), and the next upload puts "mine" back over the
+    /// later "theirs". Deferred keeps the conflict past the acknowledgement, and resolved `.local`
+    /// there it does the same. Acknowledged before the merge, as `sync(with:)` does, the title is
+    /// confirmed as "mine" and the merge takes "theirs" under every policy, with no conflict.
+    /// Found by `ManualStepConvergenceTests` ("no value put back"); a known issue, not fixed yet.
+    @Test func aSentValueAMergeKeptIsNotPutBackOverALaterOne() async throws {
+        for policy in [ConflictPolicy.serverWins, .clientWins, .deferred] {
+            for acknowledgedFirst in [true, false] {
+                let label = "\(policy.kind), acknowledged \(acknowledgedFirst ? "before" : "after") the merge"
+                try await withStoreAsync { store in
+                    let server = InMemorySyncServer()
+                    server.write("tasks", key: 1, ["title": "a", "priority": 0, "done": false, "notes": nil])
+                    let sync = SyncClient(store: store, policy: policy)
+                    _ = try await sync.sync(with: server)
+                    try await store.write { try $0.update("tasks", key: 1, ["title": "mine"]) }
+                    let ack = try await server.push(try #require(try sync.nextBatch()))
+                    server.write("tasks", key: 1, ["title": "theirs", "priority": 0, "done": false, "notes": nil])
+                    if acknowledgedFirst { try sync.acknowledge(ack) }
+                    try sync.merge(try await server.pull(since: try sync.anchor()))
+                    if !acknowledgedFirst { try sync.acknowledge(ack) }
+                    for c in try sync.conflicts() { try sync.resolve(c.table, key: c.key, with: .local) }
+                    _ = try await sync.sync(with: server)
+                    #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")), "\(label)")
+                    let title = server.rows("tasks")[1]?["title"]
+                    if acknowledgedFirst || policy.kind == .serverWins {
+                        #expect(title == "theirs", "\(label)")
+                    } else {
+                        withKnownIssue("a sent value a merge kept in a conflict while its batch was in flight goes up again over the later value") {
+                            #expect(title == "theirs", "\(label)")
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
