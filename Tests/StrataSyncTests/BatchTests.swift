@@ -447,7 +447,12 @@ func withTemporaryFolderAsync<R>(_ body: (String) async throws -> R) async throw
 
 @Suite struct StaleAckTests {
     /// The batch was applied but its response lost; the server then changed the row again and
-    /// the client merged that. The repeated (cached) ok must not overwrite the newer originals.
+    /// the client merged that. The repeated (cached) ok must not let the older sent value
+    /// overwrite the newer one: the merge kept "mine" (client wins) against "back office", but
+    /// "back office" was written after the server took "mine", so there was no conflict to win.
+    /// The acknowledgement confirms "mine" and clears the anchor; the next pull, a snapshot,
+    /// brings "back office" (`AckRules.unseenSent`). Formerly "mine" stayed pending
+    /// against "back office" and went up again over it.
     @Test func anAckOlderThanAMergeDoesNotOverwriteIt() async throws {
         try await withStoreAsync { store in
             let server = InMemorySyncServer()
@@ -460,12 +465,12 @@ func withTemporaryFolderAsync<R>(_ body: (String) async throws -> R) async throw
             server.write("tasks", key: 2, ["title": "back office", "priority": 0, "done": false, "notes": nil])
             try sync.merge(try await server.pull(since: try sync.anchor()))
             let report = try sync.acknowledge(try await server.push(batch))  // the cached ok
-            #expect(report.superseded == 1)
-            // Client wins: "mine" stays pending against the server's current "back office".
+            #expect(report.superseded == 1 && report.anchorCleared)
             let row = try #require(try await store.read { try $0.row("tasks", key: 2) })
-            #expect(row["title"] == "mine" && row.original("title") == "back office")
+            #expect(row["title"] == "mine" && row.original("title") == "mine" && row.status == .unchanged)
             _ = try await sync.sync(with: server)
-            #expect(server.rows("tasks")[2]?["title"] == "mine")
+            #expect(server.rows("tasks")[2]?["title"] == "back office")
+            #expect(try await store.read { try $0.row("tasks", key: 2) }?["title"] == "back office")
             #expect(try await store.read { try $0.pendingRows() }.isEmpty)
         }
     }

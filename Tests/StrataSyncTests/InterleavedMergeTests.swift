@@ -265,12 +265,13 @@ import Testing
     /// The server applied the batch ("mine" for the title; the response was lost, say), another
     /// writer then set the title to "theirs", and the app pulled before acknowledging. The merge
     /// meets "mine" as a pending edit (the device does not know yet that the server took it)
-    /// against "theirs": a conflict. Client wins keeps "mine"; the acknowledgement skips the `ok`
-    /// (superseded: the merge changed the row), and the next upload puts "mine" back over the
-    /// later "theirs". Deferred keeps the conflict past the acknowledgement, and resolved `.local`
-    /// there it does the same. Acknowledged before the merge, as `sync(with:)` does, the title is
-    /// confirmed as "mine" and the merge takes "theirs" under every policy, with no conflict.
-    /// Found by `ManualStepConvergenceTests` ("no value put back"); a known issue, not fixed yet.
+    /// against "theirs": a conflict. Client wins kept "mine", and deferred kept the conflict
+    /// past the acknowledgement (resolved `.local` there); the acknowledgement skipped the `ok`
+    /// (superseded: the merge changed the row), and the next upload put "mine" back over the
+    /// later "theirs". Now the acknowledgement confirms the sent value the merge kept and clears
+    /// the anchor (`AckRules.unseenSent`): the next pull, a snapshot, brings "theirs", as when
+    /// the acknowledgement comes before the merge (as `sync(with:)` does). Found by
+    /// `ManualStepConvergenceTests` ("no value put back").
     @Test func aSentValueAMergeKeptIsNotPutBackOverALaterOne() async throws {
         for policy in [ConflictPolicy.serverWins, .clientWins, .deferred] {
             for acknowledgedFirst in [true, false] {
@@ -289,14 +290,7 @@ import Testing
                     for c in try sync.conflicts() { try sync.resolve(c.table, key: c.key, with: .local) }
                     _ = try await sync.sync(with: server)
                     #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")), "\(label)")
-                    let title = server.rows("tasks")[1]?["title"]
-                    if acknowledgedFirst || policy.kind == .serverWins {
-                        #expect(title == "theirs", "\(label)")
-                    } else {
-                        withKnownIssue("a sent value a merge kept in a conflict while its batch was in flight goes up again over the later value") {
-                            #expect(title == "theirs", "\(label)")
-                        }
-                    }
+                    #expect(server.rows("tasks")[1]?["title"] == "theirs", "\(label)")
                 }
             }
         }

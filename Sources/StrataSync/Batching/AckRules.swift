@@ -31,9 +31,9 @@ import Strata
 ///   acknowledged as from that, meets the merged row by the merge rules (``echoed``).
 /// - **a row of the batch that a merge before the acknowledgement changed**: that delta may be
 ///   newer than the acknowledgement, so the `ok` is skipped and the merged row stands
-///   (`AckReport.superseded`), except for sent fields the merge did not show, which are
-///   acknowledged, with the anchor cleared so that the next pull is a full snapshot
-///   (``unseenSent``).
+///   (`AckReport.superseded`), except for sent fields the merge did not show or showed with a
+///   value the device kept, which are acknowledged, with the anchor cleared so that the next
+///   pull is a full snapshot (``unseenSent``).
 /// - **a row of the batch that a snapshot merged before the acknowledgement left out, or that a
 ///   delta upserted without changing it** (the same apps): the device cannot tell whether the
 ///   delta came before or after the server applied the batch, so the acknowledgement clears the
@@ -195,31 +195,48 @@ package enum AckRules {
     }
 
     /// A superseded update (a merge since the freeze changed the row, so the `ok` is skipped and
-    /// the merged row stands: `AckReport.superseded`) whose merges did not show some of the
-    /// fields it sent: the row with those fields acknowledged as ``ok`` would (the sent value
-    /// their original, the current kept), or `nil` when the merges showed every one. The
-    /// acknowledgement then also clears the anchor, so that the next pull is a full snapshot.
+    /// the merged row stands: `AckReport.superseded`) that sent fields the merged row still
+    /// holds as pending edits the server has not confirmed: the row with those fields
+    /// acknowledged as ``ok`` would, or `nil` when there are none. The acknowledgement then also
+    /// clears the anchor, so that the next pull is a full snapshot.
     ///
-    /// A sent field whose original is still the one the batch sent as its base (and is not in
-    /// conflict) was not changed by those merges: the delta listed the row for other fields.
-    /// That delta came either before the push, or after it with the field set back to its base
-    /// by another writer. Left pending as merged, the field went up again and the sent value
-    /// overwrote that writer's later one, which the device took for no change (found by a
-    /// review of the superseded case; `InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`).
+    /// Two kinds of sent field, both of which would otherwise go up again as they are:
+    ///
+    /// - **One the merges did not show**: its original is still the base the batch sent (and it
+    ///   is not in conflict); the delta listed the row for other fields. That delta came either
+    ///   before the push, or after it with the field set back to its base by another writer, a
+    ///   later write the device took for no change
+    ///   (`InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`). The current value is
+    ///   kept, whatever the app wrote since.
+    /// - **One the merges showed with another value, which the device kept** (client wins, or a
+    ///   conflict, deferred or resolved `.local`): its current value is still the one sent. That
+    ///   delta came either before the push (the server then holds the sent value) or after it
+    ///   (the server's value is another writer's later one, written over the sent value, and no
+    ///   conflict at all); the device cannot tell which
+    ///   (`InterleavedMergeTests.aSentValueAMergeKeptIsNotPutBackOverALaterOne`, found by
+    ///   `ManualStepConvergenceTests`). It is settled as if the acknowledgement had come before
+    ///   the merge: the sent value confirmed, its conflict mark gone. A field the app edited
+    ///   again since holds a new value and stays pending as it is.
+    ///
     /// Acknowledged, the field is what the server confirmed, and the snapshot, taken after the
     /// server applied the batch, brings any later value as a server change.
     static func unseenSent(_ change: RowChange, local: RowState?) -> RowState? {
         guard change.kind == .update, let local, !local.isDeleted, !local.isInserted else { return nil }
         var state = local
         var adopted = false
+        var clearedMark = false
         for (f, sent) in change.values {
             let field = local.fields[f] ?? .clean(.null)
-            guard !field.isInConflict, field.original == (change.originals[f] ?? .null) else { continue }
+            let unseen = !field.isInConflict && field.original == (change.originals[f] ?? .null)
+            let keptAsSent = field.current == sent && (field.original != sent || field.isInConflict)
+            guard unseen || keptAsSent else { continue }
             state.fields[f] = RowState.Field(original: sent, current: field.current)
             adopted = true
+            clearedMark = clearedMark || field.isInConflict
         }
         guard adopted else { return nil }
         state.fields = state.fields.filter { !($0.value.original.isNull && $0.value.current.isNull) }
+        if clearedMark && !state.fields.values.contains(where: \.isInConflict) { state.isConflicted = false }
         return state
     }
 

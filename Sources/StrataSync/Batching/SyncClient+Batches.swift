@@ -32,15 +32,16 @@ public struct AckReport: Sendable, Hashable {
     /// Rows whose client key the server replaced.
     public var rekeyed = 0
     /// Accepted rows that a merge had changed after the batch was frozen: the merged state
-    /// stands. A delta pulled after the server applied the batch is newer than the
-    /// acknowledgement; one pulled before left the row holding what it sent, still pending, and
-    /// the next pull settles it. Sent fields the merge did not show are acknowledged all the
-    /// same (see ``anchorCleared``).
+    /// stands where the merge took the server's values, since a delta pulled after the server
+    /// applied the batch is newer than the acknowledgement. Sent fields the merge did not show,
+    /// or showed with a value the device kept, are acknowledged all the same, and the next pull
+    /// is a full snapshot (see ``anchorCleared``).
     public var superseded = 0
     /// Whether the acknowledgement cleared the anchor, so that the next pull is a full snapshot:
     /// a merge while the batch was in flight left the device unsure what the server holds for
     /// an accepted row (a snapshot that left it out, a delta that upserted it unchanged, or one
-    /// that changed it but not a field the batch sent; see `AckRules.awaitsSnapshot` and
+    /// that changed it but not a field the batch sent, or that met a sent field the device kept;
+    /// see `AckRules.awaitsSnapshot` and
     /// `AckRules.unseenSent`). Only an app that merges between `nextBatch()` and
     /// `acknowledge(_:)` meets this.
     public var anchorCleared = false
@@ -363,9 +364,9 @@ extension SyncClient {
                     case .ok:
                         // A merge after the batch was frozen changed the row: that delta may hold
                         // a server state newer than this acknowledgement, which the sent values
-                        // must not overwrite, so the merged row stands (but see `AckRules.unseenSent`).
-                        // One pulled before the push left the row holding what it sent, still
-                        // pending, and the next pull settles it.
+                        // must not overwrite, so the merged row stands, but for the sent fields
+                        // it did not show or showed with a value the device kept
+                        // (`AckRules.unseenSent`).
                         if try Self.mergedSince(frozenAt, change.table, change.key, tx) {
                             // The merge brought back the row this insert created, and the device
                             // held the insert, or had deleted it, then (`AckRules.echoed`).
