@@ -295,4 +295,45 @@ import Testing
             }
         }
     }
+
+    /// A merge before the push leaves a sent field holding the server's value of then, the
+    /// batch's base: the device had deleted the row since the freeze and server wins restored it
+    /// (another writer changed another field), or the server's writer changed the field and set
+    /// it back, and the device merged both. The push goes through (the server still held the
+    /// base) and the acknowledgement is skipped as superseded, but `AckRules.unseenSent` takes the
+    /// sent "mine" as the title's original and keeps the current, "a", which only the merge put
+    /// there: an edit back to "a" that nobody made, which the next upload puts over "mine".
+    /// Found by `ManualStepConvergenceTests` ("no value put back"); a known issue, not fixed yet.
+    @Test func aFieldAMergeSetToTheBaseIsNotTakenForAnEdit() async throws {
+        for restored in [true, false] {
+            let label = restored ? "a deleted row restored" : "the title set back"
+            try await withStoreAsync { store in
+                let server = InMemorySyncServer()
+                let original: [String: Value] = ["title": "a", "priority": 0, "done": false, "notes": nil]
+                server.write("tasks", key: 1, original)
+                let sync = SyncClient(store: store, policy: .serverWins)
+                _ = try await sync.sync(with: server)
+                try await store.write { try $0.update("tasks", key: 1, ["title": "mine"]) }
+                let batch = try #require(try sync.nextBatch())
+                if restored {
+                    try await store.write { try $0.delete("tasks", key: 1) }
+                    server.write("tasks", key: 1, original.merging(["priority": 5]) { _, new in new })
+                    try sync.merge(try await server.pull(since: try sync.anchor()))
+                } else {
+                    server.write("tasks", key: 1, original.merging(["title": "b"]) { _, new in new })
+                    try sync.merge(try await server.pull(since: try sync.anchor()))
+                    server.write("tasks", key: 1, original)
+                    try sync.merge(try await server.pull(since: try sync.anchor()))
+                }
+                let ack = try await server.push(batch)
+                #expect(ack.results.first?.status == .ok, "\(label)")
+                try sync.acknowledge(ack)
+                _ = try await sync.sync(with: server)
+                #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")), "\(label)")
+                withKnownIssue("a superseded acknowledgement takes a field the merge set to the batch's base for an edit back to it") {
+                    #expect(server.rows("tasks")[1]?["title"] == "mine", "\(label)")
+                }
+            }
+        }
+    }
 }
