@@ -300,10 +300,11 @@ import Testing
     /// batch's base: the device had deleted the row since the freeze and server wins restored it
     /// (another writer changed another field), or the server's writer changed the field and set
     /// it back, and the device merged both. The push goes through (the server still held the
-    /// base) and the acknowledgement is skipped as superseded, but `AckRules.unseenSent` takes the
-    /// sent "mine" as the title's original and keeps the current, "a", which only the merge put
-    /// there: an edit back to "a" that nobody made, which the next upload puts over "mine".
-    /// Found by `ManualStepConvergenceTests` ("no value put back"); a known issue, not fixed yet.
+    /// base) and the acknowledgement is skipped as superseded. `AckRules.unseenSent` took the
+    /// sent "mine" as the title's original and kept the current, "a", which only the merge put
+    /// there: an edit back to "a" that nobody made, which the next upload put over "mine". The
+    /// current is now the sent value again unless the app set it since the freeze. Found by
+    /// `ManualStepConvergenceTests` ("no value put back").
     @Test func aFieldAMergeSetToTheBaseIsNotTakenForAnEdit() async throws {
         for restored in [true, false] {
             let label = restored ? "a deleted row restored" : "the title set back"
@@ -330,9 +331,7 @@ import Testing
                 try sync.acknowledge(ack)
                 _ = try await sync.sync(with: server)
                 #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")), "\(label)")
-                withKnownIssue("a superseded acknowledgement takes a field the merge set to the batch's base for an edit back to it") {
-                    #expect(server.rows("tasks")[1]?["title"] == "mine", "\(label)")
-                }
+                #expect(server.rows("tasks")[1]?["title"] == "mine", "\(label)")
             }
         }
     }

@@ -195,42 +195,46 @@ package enum AckRules {
     }
 
     /// A superseded update (a merge since the freeze changed the row, so the `ok` is skipped and
-    /// the merged row stands: `AckReport.superseded`) that sent fields the merged row still
-    /// holds as pending edits the server has not confirmed: the row with those fields
-    /// acknowledged as ``ok`` would, or `nil` when there are none. The acknowledgement then also
-    /// clears the anchor, so that the next pull is a full snapshot.
+    /// the merged row stands: `AckReport.superseded`) that sent fields whose merged state the
+    /// next upload would get wrong: the row with those fields acknowledged, or `nil` when there
+    /// are none. The acknowledgement then also clears the anchor, so that the next pull is a
+    /// full snapshot, taken after the server applied the batch, which brings any later value.
+    /// `editedSince` names the sent fields whose current value the app set after the freeze
+    /// (the others hold the value sent, or one a merge put there).
     ///
-    /// Two kinds of sent field, both of which would otherwise go up again as they are:
+    /// - **A field the merges did not show** (its original is still the base the batch sent, and
+    ///   it is not in conflict): the delta listed the row for other fields. It came either before
+    ///   the push, or after it with the field set back to its base by another writer, a later
+    ///   write the device took for no change
+    ///   (`InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`). The sent value
+    ///   becomes the original. The current stays if the app set it since; else it is the sent
+    ///   value again, whatever a merge wrote there: a merge before the push that put the base
+    ///   back into the current (server wins restoring a row the app had deleted, or another
+    ///   writer's change and change back) made no edit, and kept, it went up over the sent value
+    ///   (`InterleavedMergeTests.aFieldAMergeSetToTheBaseIsNotTakenForAnEdit`).
+    /// - **A field the merges showed with another value, which the device kept** (client wins, or
+    ///   a conflict, deferred or resolved `.local`), the app not having set it since: its current
+    ///   is still the value sent. Before the push, a delta could show another value for a sent
+    ///   field only if the server's value went back to the base before the push (else the server
+    ///   answers `conflict`); after it, the server's value is another writer's later one, written
+    ///   over the sent value, and there was no conflict to win
+    ///   (`InterleavedMergeTests.aSentValueAMergeKeptIsNotPutBackOverALaterOne`). It is settled
+    ///   as if the acknowledgement had come before the merge: the sent value confirmed, its
+    ///   conflict mark gone.
     ///
-    /// - **One the merges did not show**: its original is still the base the batch sent (and it
-    ///   is not in conflict); the delta listed the row for other fields. That delta came either
-    ///   before the push, or after it with the field set back to its base by another writer, a
-    ///   later write the device took for no change
-    ///   (`InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`). The current value is
-    ///   kept, whatever the app wrote since.
-    /// - **One the merges showed with another value, which the device kept** (client wins, or a
-    ///   conflict, deferred or resolved `.local`): its current value is still the one sent. That
-    ///   delta came either before the push (the server then holds the sent value) or after it
-    ///   (the server's value is another writer's later one, written over the sent value, and no
-    ///   conflict at all); the device cannot tell which
-    ///   (`InterleavedMergeTests.aSentValueAMergeKeptIsNotPutBackOverALaterOne`, found by
-    ///   `ManualStepConvergenceTests`). It is settled as if the acknowledgement had come before
-    ///   the merge: the sent value confirmed, its conflict mark gone. A field the app edited
-    ///   again since holds a new value and stays pending as it is.
-    ///
-    /// Acknowledged, the field is what the server confirmed, and the snapshot, taken after the
-    /// server applied the batch, brings any later value as a server change.
-    static func unseenSent(_ change: RowChange, local: RowState?) -> RowState? {
+    /// Found by `ManualStepConvergenceTests` (no value lost, none put back over a later one).
+    static func unseenSent(_ change: RowChange, local: RowState?, editedSince: Set<String>) -> RowState? {
         guard change.kind == .update, let local, !local.isDeleted, !local.isInserted else { return nil }
         var state = local
         var adopted = false
         var clearedMark = false
         for (f, sent) in change.values {
             let field = local.fields[f] ?? .clean(.null)
+            let edited = editedSince.contains(f)
             let unseen = !field.isInConflict && field.original == (change.originals[f] ?? .null)
-            let keptAsSent = field.current == sent && (field.original != sent || field.isInConflict)
+            let keptAsSent = !edited && field.current == sent && (field.original != sent || field.isInConflict)
             guard unseen || keptAsSent else { continue }
-            state.fields[f] = RowState.Field(original: sent, current: field.current)
+            state.fields[f] = RowState.Field(original: sent, current: edited ? field.current : sent)
             adopted = true
             clearedMark = clearedMark || field.isInConflict
         }

@@ -386,7 +386,8 @@ extension SyncClient {
                                     continue
                                 }
                             }
-                            if let state = AckRules.unseenSent(change, local: local) {
+                            let edited = try Self.fieldsEditedSinceFreeze(change, after: frozenAt, tx)
+                            if let state = AckRules.unseenSent(change, local: local, editedSince: edited) {
                                 try tx.setRowState(change.table, key: change.key, state, kind: .acknowledge, origin: .server, annotation: Array(batch.id.utf8))
                                 report.anchorCleared = true
                             }
@@ -580,6 +581,22 @@ extension SyncClient {
             if [.serverChange, .serverDelete, .reset].contains(entry.kind) { return true }
         }
         return false
+    }
+
+    /// Of the fields `change` sent, those whose current value the app set since the batch was
+    /// frozen at LSN `lsn`, rather than a merge: the last operation since then that changed the
+    /// field's current value was the app's (an edit, a revert, a resolution). A field no
+    /// operation changed still holds the value sent (`AckRules.unseenSent`).
+    static func fieldsEditedSinceFreeze(_ change: RowChange, after lsn: UInt64, _ tx: Transaction) throws -> Set<String> {
+        var current = change.values
+        var edited: Set<String> = []
+        for entry in try tx.snapshot.history(change.table, key: change.key) where entry.lsn > lsn && entry.kind != .delete {
+            for c in entry.changes where change.values[c.field] != nil && current[c.field] != c.current {
+                current[c.field] = c.current
+                if entry.origin == .local { edited.insert(c.field) } else { edited.remove(c.field) }
+            }
+        }
+        return edited
     }
 
     /// The fields the app set on the row (its local operations) after the first merge that
