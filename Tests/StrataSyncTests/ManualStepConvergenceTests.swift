@@ -20,7 +20,8 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
 /// not (`AckRules.awaitsSnapshot`). The server (an
 /// `InMemorySyncServer`) gives new parent rows its own keys, and is edited directly as a third
 /// writer. At the end everyone settles, and client and server must be equal, nothing pending,
-/// every store consistent, and no edit lost (see `Oracle`).
+/// every store consistent, no edit lost, and no push may have set a field back to an old value
+/// (see `Oracle`).
 ///
 /// A client uses its own keys again: now and then it inserts a child, or a parent under a key
 /// the server keeps (a positive one; the server replaces only negative parent keys), under a key
@@ -44,6 +45,8 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
         var again = 0
         var cleared = 0
         var refreshes = 0
+        var knownPutBack = 0
+        var allowedPutBack = 0
         // `STRATA_TRIAL_SEED` replays one trial alone, by the seed a failure prints for it.
         let only = ProcessInfo.processInfo.environment["STRATA_TRIAL_SEED"].flatMap(UInt64.init)
         for trial in 0..<(only == nil ? trials : 1) {
@@ -64,9 +67,11 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
             again += sim.trace.count { $0.contains("(key used again)") }
             cleared += sim.trace.count { $0.contains("(anchor cleared)") }
             refreshes += sim.trace.count { $0.contains("snapshot (refresh)") }
+            knownPutBack += sim.oracle.knownPutBack.count
+            allowedPutBack += sim.oracle.allowedPutBack.count
             ran += 1
         }
-        print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps, \(again) inserts under a key used again, \(cleared) acknowledgements that cleared the anchor, \(refreshes) snapshots pulled at random")
+        print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps, \(again) inserts under a key used again, \(cleared) acknowledgements that cleared the anchor, \(refreshes) snapshots pulled at random, \(allowedPutBack) values put back as the rules allow, \(knownPutBack) by the known issue")
     }
 }
 
@@ -125,6 +130,45 @@ final class StepClient {
 /// 1006, client 0 had edited it later than client 1's delete and kept its edit by resolving the
 /// conflict `.local`, and only then came client 1's acknowledgement).
 ///
+/// "No value put back": within one life of a row on the server (from the write that creates it to
+/// the delete that ends it), a push never sets a field to a value that field has held before.
+/// Values are unique per write (nulls aside), so such a push carries an old value over a later one.
+/// The rules allow none. A client uploads a field only while it holds a value there the server has
+/// not confirmed (docs/sync.md, "Coalescing"), and the acknowledgement of the push that carried it
+/// makes the sent value the original (`ok`): the field goes up again only if the app edits it
+/// again, which writes a new value. A merge between the push and the acknowledgement that changed
+/// the row skips the `ok` (superseded), but a sent field the merge did not show is acknowledged all
+/// the same (`AckRules.unseenSent`). Client wins lets a pending edit overwrite a server value it
+/// has not merged yet, but that edit's value was never on the server. A row uploaded again as an
+/// insert after the server deleted it (a conflict settled for the device) is a new life, with the
+/// device's values as they stand. Checked: the accepted inserts and updates of each batch the
+/// server applies (a repeated push is answered from its cache), in the fields whose values are
+/// unique — not nulls (a stale clear of a field goes unseen) nor parent keys.
+///
+/// Two orders are allowed (`allowed`). The app's own choice: after the server applied the batch and
+/// before the acknowledgement, a merge may meet a sent value, which the device still holds as a
+/// pending edit, in a conflict with another writer's later value; an app that resolves it `.local`
+/// then chooses the sent value itself, and what the app does after that merge stands
+/// (`AckRules.echoed` keeps a field the app set since the merge). Resolved after the
+/// acknowledgement, which told the device the server took the value, a conflict that still shows it
+/// as pending is a stale one, and the put-back fails: so it went with the bug `AckRules.unseenSent`
+/// fixed, a sent field left pending against its base by a superseded acknowledgement. And a local
+/// insert that meets the server's row under its key: with no base, every field that differs is a
+/// conflict (docs/sync.md, row-level rules), and client wins keeps the device's values, also those
+/// it never edited. Two clients that each kept a row the server deleted, and upload it again as an
+/// insert, meet so: the second one's old values of fields it never edited go up over what was
+/// written on the first one's row since (trial seed 9038748513289842278).
+///
+/// One order breaks the rule and is recorded as a known issue (`keptOverLater`, `withKnownIssue`):
+/// between the push the server applied and the acknowledgement, as above, but the policy, not the
+/// app, decides the conflict on an update's sent field. Client wins keeps the sent value (deferred
+/// keeps the conflict past the acknowledgement, for the app to resolve later); the `ok` is skipped
+/// as superseded, and the sent value goes up again over the later one. Acknowledged before the
+/// merge, as `sync(with:)` does, the field is confirmed and the merge takes the later value, as
+/// `AckRules.echoed` has it for an insert's row merged back
+/// (`InterleavedMergeTests.aSentValueAMergeKeptIsNotPutBackOverALaterOne`). Any other put-back
+/// fails the test.
+///
 /// Association fields (parent keys, not unique) are left to the equality check.
 struct Oracle {
     struct ValueIntent {
@@ -164,6 +208,29 @@ struct Oracle {
     var applied: [String: RowKey] = [:]
     /// Per client: "table key" of each delete the batch in flight carries.
     var deletesInFlight: [Int: Set<String>] = [:]
+    /// Per table, per row the server holds, per field: the values the field has held since the
+    /// row was created there (its current life), oldest first, nulls included.
+    var held: [String: [RowKey: [String: [Value]]]] = [:]
+    /// Pushes that set a field back to a value it held before in the row's life (see `Oracle`):
+    /// unexplained, explained by the known issue, and allowed.
+    var putBack: [String] = []
+    var knownPutBack: [String] = []
+    var allowedPutBack: [String] = []
+    /// Per client: "table key.field" → the value its batch in flight set there (`update`: by an
+    /// update), from the push the server applied until the client applies the acknowledgement.
+    var appliedInFlight: [Int: [String: (value: Value, update: Bool)]] = [:]
+    /// Per client: "table key.field value" of a value an update in flight had set on the server,
+    /// which a merge then met in a conflict with a later value and kept (client wins) or
+    /// deferred: the known issue.
+    var keptOverLater: [Int: Set<String>] = [:]
+    /// Per client: "table key.field value" of the values the rules let it put back (see
+    /// `Oracle`): one its batch in flight had set on the server, which the app then chose in a
+    /// conflict with a later value (`resolve` with `.local`), and one a local insert kept (or
+    /// deferred) in a conflict with the server's row under its key.
+    var allowed: [Int: Set<String>] = [:]
+
+    /// The fields whose values are unique per write (parent keys are not).
+    static let uniqueFields = ["sparents": ["name", "color"], "schildren": ["title", "note"]]
 
     static func insertID(_ client: Int, _ table: String, _ key: RowKey) -> String { "\(client) \(table) \(key)" }
 
@@ -215,6 +282,7 @@ struct Oracle {
             }
         }
         deletesInFlight[client] = nil
+        appliedInFlight[client] = nil
     }
 
     mutating func deleted(_ client: Int, _ table: String, _ key: RowKey, step: Int, ofInsert: Bool) {
@@ -230,6 +298,52 @@ struct Oracle {
         for i in deletes.indices where deletes[i].client == client && deletes[i].table == table && deletes[i].key == key
             && deletes[i].ofInsert && deletes[i].serverKey == nil && !deletes[i].done && !deletes[i].superseded {
             deletes[i].serverKey = serverKey
+        }
+    }
+
+    /// The server applied the client's batch (a first push, not a repeat answered from its
+    /// cache): an accepted insert or update must not set a field back to a value it held before
+    /// in the row's life (see `Oracle`). Checked against `held` as it was before the push.
+    mutating func pushed(_ client: Int, _ batch: Batch, _ results: [RowResult]) {
+        for (change, result) in zip(batch.changes, results) where change.kind != .delete && result.status == .ok {
+            let key = result.newKey ?? change.key
+            for (f, v) in change.values where !v.isNull && Self.uniqueFields[change.table]!.contains(f) {
+                let id = "\(change.table) \(key).\(f)"
+                appliedInFlight[client, default: [:]][id] = (v, change.kind == .update)
+                let history = held[change.table]?[key]?[f] ?? []
+                guard history.contains(v) else { continue }
+                let what = "client \(client)'s batch \(batch.id) set \(id) back to \(v) over \(history.last ?? .null) (held: \(history.map(\.description).joined(separator: " → ")))"
+                if allowed[client]?.contains("\(id) \(v)") ?? false {
+                    allowedPutBack.append(what)
+                } else if keptOverLater[client]?.contains("\(id) \(v)") ?? false {
+                    knownPutBack.append(what)
+                } else {
+                    putBack.append(what)
+                }
+            }
+        }
+    }
+
+    /// A merge (or an acknowledgement) met a conflict on the client's row (`audit`).
+    mutating func conflictDecided(_ client: Int, _ table: String, _ key: RowKey, _ audit: MergeAudit) {
+        for d in audit.decisions where d.outcome == .conflictLocal || d.outcome == .conflictDeferred {
+            let id = "\(table) \(key).\(d.field)"
+            if let sent = appliedInFlight[client]?[id], sent.value == d.local {
+                // Only an update's: the acknowledgement of an insert whose row the merge brought
+                // back settles such a conflict again, with the sent values as the base (`AckRules.echoed`).
+                if sent.update { keptOverLater[client, default: []].insert("\(id) \(d.local)") }
+            } else if audit.conflict == .insertInsert {
+                allowed[client, default: []].insert("\(id) \(d.local)")
+            }
+        }
+    }
+
+    /// The app resolved a conflict on the client's row with `.local`.
+    mutating func resolvedLocal(_ client: Int, _ conflict: UnresolvedConflict) {
+        for f in conflict.fields {
+            let id = "\(conflict.table) \(conflict.key).\(f)"
+            guard let sent = appliedInFlight[client]?[id], sent.value == conflict.local[f] else { continue }
+            allowed[client, default: []].insert("\(id) \(sent.value)")
         }
     }
 
@@ -273,6 +387,14 @@ struct Oracle {
     mutating func observe(_ server: InMemorySyncServer) {
         for table in ["sparents", "schildren"] {
             let rows = server.rows(table)
+            // A row gone from the server ends its life; a row under its key later is another.
+            var lives = held[table, default: [:]].filter { rows[$0.key] != nil }
+            for (key, fields) in rows {
+                for f in Self.uniqueFields[table]! where lives[key]?[f]?.last != fields[f] ?? .null {
+                    lives[key, default: [:]][f, default: []].append(fields[f] ?? .null)
+                }
+            }
+            held[table] = lives
             for (_, fields) in rows {
                 for (f, v) in fields { onServer.insert(Self.id(table, f, v)) }
             }
@@ -470,7 +592,9 @@ final class StepSimulation {
     func push(_ c: StepClient) async throws {
         guard let (batch, _) = try c.sync.inFlightBatch() else { return }
         try c.sync.markSent(batch)
+        let applied = server.appliedBatches.count
         let ack = try await server.push(batch)
+        if server.appliedBatches.count > applied { oracle.pushed(c.id, batch, ack.results) }
         for (change, result) in zip(batch.changes, ack.results) where change.kind == .insert && result.status == .ok {
             oracle.insertApplied(c.id, change.table, change.key, as: result.newKey ?? change.key)
         }
@@ -541,6 +665,7 @@ final class StepSimulation {
                 // The server deleted the row: its side is no row, local edits of other fields included.
                 if conflict.isDeletedOnServer { oracle.rowGivenUp(c.id, conflict.table, conflict.key) }
             }
+            if !server { oracle.resolvedLocal(c.id, conflict) }
             try c.sync.resolve(conflict.table, key: conflict.key, with: server ? .server : .local)
             note("client \(c.id): resolve \(conflict.table) \(conflict.key) \(conflict.fields) → \(server ? "server" : "local")")
         }
@@ -552,7 +677,9 @@ final class StepSimulation {
         let entries = try c.store.read { try $0.operations(from: c.lastLSN + 1) }
         for entry in entries {
             c.lastLSN = entry.lsn
-            guard let audit = MergeAudit(entry), audit.conflict != nil, audit.resolution == .server else { continue }
+            guard let audit = MergeAudit(entry), audit.conflict != nil else { continue }
+            oracle.conflictDecided(c.id, entry.table, entry.key, audit)
+            guard audit.resolution == .server else { continue }
             for d in audit.decisions where d.outcome == .conflictServer {
                 oracle.discarded[c.id, default: []].insert("\(d.field) \(d.local)")
             }
@@ -641,7 +768,7 @@ final class StepSimulation {
                 print("client \(c.id), \(table): only on the server \(theirs.filter { !ours.contains($0) }), only here \(ours.filter { !theirs.contains($0) })")
             }
         }
-        if diverged || !oracle.lost().isEmpty { print("\(label): the whole run:\n" + trace.joined(separator: "\n")) }
+        if diverged || !oracle.lost().isEmpty || !oracle.putBack.isEmpty { print("\(label): the whole run:\n" + trace.joined(separator: "\n")) }
         for c in clients {
             for table in ["sparents", "schildren"] {
                 #expect(serverRows(server, table) == (try clientRows(c.store, table)), "\(label): client \(c.id) (\(c.policy.kind)) differs from the server in \(table)\n\(tail)")
@@ -652,5 +779,11 @@ final class StepSimulation {
         }
         let lost = oracle.lost()
         #expect(lost.isEmpty, "\(label): edits lost: \(lost.joined(separator: "; "))\n\(tail)")
+        #expect(oracle.putBack.isEmpty, "\(label): values put back over later ones: \(oracle.putBack.joined(separator: "; "))\n\(tail)")
+        if !oracle.knownPutBack.isEmpty {
+            withKnownIssue("a sent value a merge kept in a conflict while its batch was in flight goes up again over the later value (see Oracle)") {
+                Issue.record("\(label): \(oracle.knownPutBack.joined(separator: "; "))")
+            }
+        }
     }
 }
