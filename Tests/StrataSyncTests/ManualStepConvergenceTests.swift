@@ -19,9 +19,9 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
 /// snapshot (`pull(since: nil)`, an app's "refresh all") whatever its anchor, batch in flight or
 /// not (`AckRules.awaitsSnapshot`). The server (an
 /// `InMemorySyncServer`) gives new parent rows its own keys, and is edited directly as a third
-/// writer. At the end everyone settles, and client and server must be equal, nothing pending,
-/// every store consistent, no edit lost, and no push may have set a field back to an old value
-/// (see `Oracle`).
+/// writer, which now and then sets a field back to a value it held before. At the end everyone
+/// settles, and client and server must be equal, nothing pending, every store consistent, no
+/// edit lost, and no push may have set a field back to an old value (see `Oracle`).
 ///
 /// A client uses its own keys again: now and then it inserts a child, or a parent under a key
 /// the server keeps (a positive one; the server replaces only negative parent keys), under a key
@@ -47,6 +47,7 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
         var refreshes = 0
         var knownPutBack = 0
         var allowedPutBack = 0
+        var setBacks = 0
         // `STRATA_TRIAL_SEED` replays one trial alone, by the seed a failure prints for it.
         let only = ProcessInfo.processInfo.environment["STRATA_TRIAL_SEED"].flatMap(UInt64.init)
         for trial in 0..<(only == nil ? trials : 1) {
@@ -69,9 +70,10 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
             refreshes += sim.trace.count { $0.contains("snapshot (refresh)") }
             knownPutBack += sim.oracle.knownPutBack.count
             allowedPutBack += sim.oracle.allowedPutBack.count
+            setBacks += sim.trace.count { $0.contains("(set back)") }
             ran += 1
         }
-        print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps, \(again) inserts under a key used again, \(cleared) acknowledgements that cleared the anchor, \(refreshes) snapshots pulled at random, \(allowedPutBack) values put back as the rules allow, \(knownPutBack) by the known issue")
+        print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps, \(again) inserts under a key used again, \(cleared) acknowledgements that cleared the anchor, \(refreshes) snapshots pulled at random, \(setBacks) server fields set back to an earlier value, \(allowedPutBack) values put back as the rules allow, \(knownPutBack) by the known issue")
     }
 }
 
@@ -132,18 +134,19 @@ final class StepClient {
 ///
 /// "No value put back": within one life of a row on the server (from the write that creates it to
 /// the delete that ends it), a push never sets a field to a value that field has held before.
-/// Values are unique per write (nulls aside), so such a push carries an old value over a later one.
-/// The rules allow none. A client uploads a field only while it holds a value there the server has
-/// not confirmed (docs/sync.md, "Coalescing"), and the acknowledgement of the push that carried it
-/// makes the sent value the original (`ok`): the field goes up again only if the app edits it
-/// again, which writes a new value. A merge between the push and the acknowledgement that changed
-/// the row skips the `ok` (superseded), but a sent field the merge did not show is acknowledged all
-/// the same (`AckRules.unseenSent`). Client wins lets a pending edit overwrite a server value it
-/// has not merged yet, but that edit's value was never on the server. A row uploaded again as an
-/// insert after the server deleted it (a conflict settled for the device) is a new life, with the
-/// device's values as they stand. Checked: the accepted inserts and updates of each batch the
-/// server applies (a repeated push is answered from its cache), in the fields whose values are
-/// unique — not nulls (a stale clear of a field goes unseen) nor parent keys.
+/// Values are unique per write (nulls aside), so such a push carries an old value over a later one:
+/// another writer's, or one set back (now and then the server's writer sets a field back to a value
+/// it held, as an undo would). The rules allow none. A client uploads a field only while it holds a
+/// value there the server has not confirmed (docs/sync.md, "Coalescing"), and the acknowledgement
+/// of the push that carried it makes the sent value the original (`ok`): the field goes up again
+/// only if the app edits it again, which writes a new value. A merge between the push and the
+/// acknowledgement that changed the row skips the `ok` (superseded), but a sent field the merge did
+/// not show is acknowledged all the same (`AckRules.unseenSent`). Client wins lets a pending edit
+/// overwrite a server value it has not merged yet, but that edit's value was never on the server. A
+/// row uploaded again as an insert after the server deleted it (a conflict settled for the device)
+/// is a new life, with the device's values as they stand. Checked: the accepted inserts and updates
+/// of each batch the server applies (a repeated push is answered from its cache), in the fields
+/// whose values are unique — not nulls (a stale clear of a field goes unseen) nor parent keys.
 ///
 /// Two orders are allowed (`allowed`). The app's own choice: after the server applied the batch and
 /// before the acknowledgement, a merge may meet a sent value, which the device still holds as a
@@ -709,9 +712,17 @@ final class StepSimulation {
             let field = fields[g.below(fields.count)]
             var full: [String: Value] = table == "sparents" ? ["name": .null, "color": .null] : ["title": .null, "note": .null, "parent": .null]
             for (f, v) in row { full[f] = v }
-            full[field] = field == "parent" ? parentKey : (field != "name" && field != "title" && g.below(4) == 0 ? .null : fresh("s"))
+            // Now and then an undo: the field set back to a value it held earlier in the row's life
+            // (a client's, say), not only to null.
+            let earlier = (oracle.held[table]?[key]?[field] ?? []).filter { !$0.isNull && $0 != full[field] }
+            let setBack = !earlier.isEmpty && g.below(4) == 0
+            if setBack {
+                full[field] = earlier[g.below(earlier.count)]
+            } else {
+                full[field] = field == "parent" ? parentKey : (field != "name" && field != "title" && g.below(4) == 0 ? .null : fresh("s"))
+            }
             server.write(table, key: key, full)
-            note("server: update \(table) \(key) \(field) = \(full[field]!)")
+            note("server: update \(table) \(key) \(field) = \(full[field]!)\(setBack ? " (set back)" : "")")
         default:
             let all = parents.keys.map { ("sparents", $0) } + children.keys.map { ("schildren", $0) }
             guard !all.isEmpty else { return }
