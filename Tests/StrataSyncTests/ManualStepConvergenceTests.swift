@@ -45,7 +45,6 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
         var again = 0
         var cleared = 0
         var refreshes = 0
-        var knownPutBack = 0
         var allowedPutBack = 0
         var setBacks = 0
         // `STRATA_TRIAL_SEED` replays one trial alone, by the seed a failure prints for it.
@@ -68,12 +67,11 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
             again += sim.trace.count { $0.contains("(key used again)") }
             cleared += sim.trace.count { $0.contains("(anchor cleared)") }
             refreshes += sim.trace.count { $0.contains("snapshot (refresh)") }
-            knownPutBack += sim.oracle.putBackLeftPending.count + sim.oracle.putBackMadeUp.count
             allowedPutBack += sim.oracle.allowedPutBack.count
             setBacks += sim.trace.count { $0.contains("(set back)") }
             ran += 1
         }
-        print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps, \(again) inserts under a key used again, \(cleared) acknowledgements that cleared the anchor, \(refreshes) snapshots pulled at random, \(setBacks) server fields set back to an earlier value, \(allowedPutBack) values put back as the rules allow, \(knownPutBack) by the known issues")
+        print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps, \(again) inserts under a key used again, \(cleared) acknowledgements that cleared the anchor, \(refreshes) snapshots pulled at random, \(setBacks) server fields set back to an earlier value, \(allowedPutBack) values put back as the rules allow")
     }
 }
 
@@ -163,27 +161,15 @@ final class StepClient {
 /// old values of fields it never edited go up over what was written on the first one's row since
 /// (trial seed 9038748513289842278).
 ///
-/// Two known issues break the rule, both of an update's acknowledgement skipped as superseded (a
-/// merge since the freeze changed the row), and are recorded with `withKnownIssue` (`leftPending`,
-/// `madeUp`, noted as the acknowledgement leaves the row). Any other put-back fails the test.
-///
-/// The acknowledgement leaves a sent value the server took pending when a merge showed the field
-/// changed. After the push, that is another writer's later value: client wins keeps the sent value
-/// over it (deferred keeps the conflict past the acknowledgement, for the app to resolve), where
-/// acknowledging before the merge, as `sync(with:)` does, confirms the field and the merge then
-/// takes the later value, as `AckRules.echoed` has it for an insert's row merged back
-/// (`InterleavedMergeTests.aSentValueAMergeKeptIsNotPutBackOverALaterOne`). Before the push, the
-/// server took the batch all the same if a writer set the field back to the batch's base in between
-/// (a delta pulled before the push can then have changed a sent field). Either way the sent value
-/// goes up again over whatever came since.
-///
-/// `AckRules.unseenSent` takes the sent value as the original of a field whose original the merges
-/// left at the batch's base, and keeps the current, which may be the merge's too: the server's
-/// value of before the push, where the device had deleted the row and server wins restored it, or
-/// where a writer changed the field and set it back. The device then holds an edit back to that
-/// value that nobody made, and uploads it over the sent one
-/// (`InterleavedMergeTests.aFieldAMergeSetToTheBaseIsNotTakenForAnEdit`; skipping the `ok` before
-/// d5c529f took the sent value at the next pull).
+/// Any other put-back fails the test. Two that it found are fixed, both of an update's
+/// acknowledgement skipped as superseded (a merge since the freeze changed the row), and both now
+/// acknowledged by `AckRules.unseenSent`, with the anchor cleared: a sent value the merge met in a
+/// conflict with another writer's later value and kept (client wins, or deferred), left pending
+/// though the server took it (`InterleavedMergeTests.aSentValueAMergeKeptIsNotPutBackOverALaterOne`);
+/// and the batch's base that a merge before the push wrote back into the current (server wins
+/// restoring a row the device had deleted, or a writer's change and change back), taken for an
+/// edit of the app's and put over the sent value
+/// (`InterleavedMergeTests.aFieldAMergeSetToTheBaseIsNotTakenForAnEdit`).
 ///
 /// Association fields (parent keys, not unique) are left to the equality check.
 struct Oracle {
@@ -228,19 +214,12 @@ struct Oracle {
     /// row was created there (its current life), oldest first, nulls included.
     var held: [String: [RowKey: [String: [Value]]]] = [:]
     /// Pushes that set a field back to a value it held before in the row's life (see `Oracle`):
-    /// unexplained, explained by one of the known issues, and allowed.
+    /// unexplained, and allowed.
     var putBack: [String] = []
-    var putBackLeftPending: [String] = []
-    var putBackMadeUp: [String] = []
     var allowedPutBack: [String] = []
     /// Per client: "table key.field" → the value its batch in flight set there, from the push the
     /// server applied until the client applies the acknowledgement.
     var appliedInFlight: [Int: [String: Value]] = [:]
-    /// Per client: "table key.field value" of the known issues' values (see `Oracle`): a sent
-    /// value the acknowledgement left pending though the server took it, and a batch's base the
-    /// acknowledgement left as the current under the sent value.
-    var leftPending: [Int: Set<String>] = [:]
-    var madeUp: [Int: Set<String>] = [:]
     /// Per client: "table key.field value" of the values the rules let it put back (see
     /// `Oracle`): one its batch in flight had set on the server, which the app then chose in a
     /// conflict with a later value (`resolve` with `.local`), and one a local insert kept (or
@@ -333,10 +312,6 @@ struct Oracle {
                 let what = "client \(client)'s batch \(batch.id) set \(id) back to \(v) over \(history.last ?? .null) (held: \(history.map(\.description).joined(separator: " → ")))"
                 if allowed[client]?.contains("\(id) \(v)") ?? false {
                     allowedPutBack.append(what)
-                } else if leftPending[client]?.contains("\(id) \(v)") ?? false {
-                    putBackLeftPending.append(what)
-                } else if madeUp[client]?.contains("\(id) \(v)") ?? false {
-                    putBackMadeUp.append(what)
                 } else {
                     putBack.append(what)
                 }
@@ -362,22 +337,6 @@ struct Oracle {
             let id = "\(conflict.table) \(conflict.key).\(f)"
             guard let sent = appliedInFlight[client]?[id], sent == conflict.local[f] else { continue }
             allowed[client, default: []].insert("\(id) \(sent)")
-        }
-    }
-
-    /// The client applied the acknowledgement of an accepted update, `row` its row now: where
-    /// the known issues (see `Oracle`) leave a sent field. Values are unique, and the app never
-    /// writes the batch's base again, so a base under the sent value is no edit of the app's.
-    mutating func updateAcknowledged(_ client: Int, _ change: RowChange, _ row: Row?) {
-        guard let row, row.status != .deleted else { return }
-        for (f, sent) in change.values where Self.uniqueFields[change.table]!.contains(f) {
-            let id = "\(change.table) \(change.key).\(f)"
-            let base = change.originals[f] ?? .null
-            if row[f] == sent && !sent.isNull && row.original(f) != sent && row.original(f) != base {
-                leftPending[client, default: []].insert("\(id) \(sent)")
-            } else if row.original(f) == sent && row[f] == base && !base.isNull {
-                madeUp[client, default: []].insert("\(id) \(base)")
-            }
         }
     }
 
@@ -670,9 +629,6 @@ final class StepSimulation {
         }
         c.ack = nil
         oracle.batchOver(c.id, batch, ack.results)
-        for (change, result) in zip(batch.changes, ack.results) where change.kind == .update && result.status == .ok {
-            oracle.updateAcknowledged(c.id, change, try c.store.read { try $0.row(change.table, key: change.key, includingDeleted: true) })
-        }
         for (change, result) in zip(batch.changes, ack.results) {
             if change.kind == .insert { oracle.insertAcknowledged(c.id, change.table, change.key) }
             if let new = result.newKey, result.status == .ok { oracle.rekeyed(c.id, change.table, change.key, new) }
@@ -825,15 +781,5 @@ final class StepSimulation {
         let lost = oracle.lost()
         #expect(lost.isEmpty, "\(label): edits lost: \(lost.joined(separator: "; "))\n\(tail)")
         #expect(oracle.putBack.isEmpty, "\(label): values put back over later ones: \(oracle.putBack.joined(separator: "; "))\n\(tail)")
-        if !oracle.putBackLeftPending.isEmpty {
-            withKnownIssue("a sent value a superseded acknowledgement left pending goes up again over a later value (see Oracle)") {
-                Issue.record("\(label): \(oracle.putBackLeftPending.joined(separator: "; "))")
-            }
-        }
-        if !oracle.putBackMadeUp.isEmpty {
-            withKnownIssue("a superseded acknowledgement takes the batch's base under the sent value for an edit, which goes up (see Oracle)") {
-                Issue.record("\(label): \(oracle.putBackMadeUp.joined(separator: "; "))")
-            }
-        }
     }
 }
