@@ -153,8 +153,11 @@ final class StepClient {
 /// (`AckRules.echoed` keeps a field the app set since the merge). Resolved after the
 /// acknowledgement, which told the device the server took the value, a conflict that still shows it
 /// as pending is a stale one: so it went with the bug `AckRules.unseenSent` fixed, a sent field
-/// left pending against its base by a superseded acknowledgement (the first known issue below is
-/// the like of it for a field the merge showed). And a local insert that meets the server's row
+/// left pending against its base by a superseded acknowledgement (the first of the two fixed
+/// put-backs below is the like of it for a field the merge showed). Likewise an app that resolves
+/// a conflict `.server` after the freeze, while its batch carries another value for the field:
+/// the push sets the value the app discarded, and the acknowledgement keeps the app's choice as
+/// its edit, which goes up again (`resolvedServer`). And a local insert that meets the server's row
 /// under its key: with no base, every field that differs is a conflict (docs/sync.md, row-level
 /// rules), and client wins keeps the device's values, also those it never edited. Two clients that
 /// each kept a row the server deleted, and upload it again as an insert, meet so: the second one's
@@ -208,6 +211,9 @@ struct Oracle {
     /// "client table key" of each insert the server applied whose acknowledgement the client
     /// has not applied yet → the key the server holds the row under.
     var applied: [String: RowKey] = [:]
+    /// Per client: "table key.field" → the value the batch in flight (frozen, pushed or not)
+    /// carries there.
+    var sentInFlight: [Int: [String: Value]] = [:]
     /// Per client: "table key" of each delete the batch in flight carries.
     var deletesInFlight: [Int: Set<String>] = [:]
     /// Per table, per row the server holds, per field: the values the field has held since the
@@ -266,12 +272,18 @@ struct Oracle {
     /// The client froze a batch.
     mutating func frozen(_ client: Int, _ batch: Batch) {
         deletesInFlight[client] = Set(batch.changes.filter { $0.kind == .delete }.map { "\($0.table) \($0.key)" })
+        var sent: [String: Value] = [:]
+        for change in batch.changes where change.kind != .delete {
+            for (f, v) in change.values { sent["\(change.table) \(change.key).\(f)"] = v }
+        }
+        sentInFlight[client] = sent
     }
 
     /// The client applied the acknowledgement of its batch in flight. A delete the server did
     /// not apply stays pending, unless the client inserted the row again meanwhile: the revived
     /// row then stands, and the delete is superseded as if it had never been frozen.
     mutating func batchOver(_ client: Int, _ batch: Batch, _ results: [RowResult]) {
+        sentInFlight[client] = nil
         for (change, result) in zip(batch.changes, results) where change.kind == .delete && result.status != .ok {
             for i in deletes.indices where deletes[i].client == client && deletes[i].table == change.table && deletes[i].key == change.key
                 && deletes[i].revived && !deletes[i].done {
@@ -328,6 +340,19 @@ struct Oracle {
             // Not so the insert of the batch in flight, merged back: its acknowledgement settles
             // the conflict again, with the sent values as the base (`AckRules.echoed`).
             if appliedInFlight[client]?[id] != d.local { allowed[client, default: []].insert("\(id) \(d.local)") }
+        }
+    }
+
+    /// The app resolved a conflict on the client's row with `.server` while its frozen batch
+    /// carries another value for a field: that batch's push then sets the discarded value on the
+    /// server, and the acknowledgement keeps the value the app chose as its edit
+    /// (`AckRules.unseenSent`), which goes up again (seed 24, trial seed 11076572709239798403).
+    /// The app's choice, made after the freeze, stands, as a `.local` one does.
+    mutating func resolvedServer(_ client: Int, _ conflict: UnresolvedConflict) {
+        for f in conflict.fields {
+            let id = "\(conflict.table) \(conflict.key).\(f)"
+            guard let sent = sentInFlight[client]?[id], let chosen = conflict.server[f], chosen != sent else { continue }
+            allowed[client, default: []].insert("\(id) \(chosen)")
         }
     }
 
@@ -658,7 +683,7 @@ final class StepSimulation {
                 // The server deleted the row: its side is no row, local edits of other fields included.
                 if conflict.isDeletedOnServer { oracle.rowGivenUp(c.id, conflict.table, conflict.key) }
             }
-            if !server { oracle.resolvedLocal(c.id, conflict) }
+            if server { oracle.resolvedServer(c.id, conflict) } else { oracle.resolvedLocal(c.id, conflict) }
             try c.sync.resolve(conflict.table, key: conflict.key, with: server ? .server : .local)
             note("client \(c.id): resolve \(conflict.table) \(conflict.key) \(conflict.fields) → \(server ? "server" : "local")")
         }
