@@ -509,6 +509,43 @@ extension LateAckTests {
         #expect(reverted?["title"] == "urgent" && reverted?["priority"] == 0, "\(policy.kind), the edit reverted: \(String(describing: reverted))")
     }
 
+    /// Found by `ManualStepConvergenceTests` (trial seed 11589300365223785464): another writer's
+    /// row under the key of the insert in flight, merged before the push, is taken for the insert
+    /// coming back (`AckRules.notesEcho`); the server deletes that row, and a merge shows it; the
+    /// app deletes its row; only then does the push come, and the server, its key free again,
+    /// creates the row from the batch. The acknowledgement had read "no row here" as the server's
+    /// delete, so the app's delete never went up and the server kept the row. The app's delete
+    /// came after the freeze, so it goes up as a delete of the row the batch created, whatever
+    /// the order of the push and the server's delete (a delete of a row the server no longer
+    /// has is answered `ok`).
+    @Test(arguments: everyPolicy)
+    func aDeleteAfterAnotherWritersRowWasMergedAndDeletedGoesUp(policy: ConflictPolicy) async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store, policy: policy)
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
+            let batch = try #require(try sync.nextBatch())
+            server.write("tasks", key: 7, ["title": "theirs", "priority": 0, "done": false, "notes": .null])
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            server.write("tasks", key: 7, nil)
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            for conflict in try sync.conflicts() { try sync.resolve(conflict.table, key: conflict.key, with: .local) }
+            // Under server wins, the server's delete took the row: the app has nothing to delete.
+            let held = try await store.read { try $0.row("tasks", key: 7) } != nil
+            if held { try await store.write { try $0.delete("tasks", key: 7) } }
+            let ack = try await server.push(batch)
+            #expect(ack.results.map(\.status) == [.ok])
+            try sync.acknowledge(ack)
+            _ = try await sync.sync(with: server)
+            if held {
+                #expect(server.rows("tasks")[7] == nil, "\(policy.kind): the app's delete of row 7 never reached the server")
+            }
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+            #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")), "\(policy.kind)")
+        }
+    }
+
     /// Another writer's row under the same key, merged before the push: the server answers the
     /// insert `conflict`, so the note the merge made is not used, and the merge's insert-insert
     /// conflict stands (here for the client: its values go up against the other row's).

@@ -283,7 +283,8 @@ package enum AckRules {
     /// values, or a delete when it held no row). `now` is the row as it is, `editedSince` the
     /// fields the app has set on it since that merge (whether it deleted the row, `now` shows), and
     /// `meet` brings an acknowledged row together with a row a merge left, by the merge rules
-    /// (``ontoMerged`` for this row). Returns the row's new state, or `nil` when `now` stands.
+    /// (``ontoMerged`` for this row). `deletedSince` says whether the app deleted the row since
+    /// that merge. Returns the row's new state, or `nil` when `now` stands.
     ///
     /// The result is what acknowledging before that merge would have given (``ok`` of `before`:
     /// the sent values as originals, what the device held as currents), brought together with
@@ -302,8 +303,10 @@ package enum AckRules {
     /// A conflict mark on a field whose server value is still the sent one goes: no writer but
     /// this device changed that field, and only the merge's missing base made it a conflict.
     /// A row deleted since the merge stays deleted (a delete carries no values), with the same
-    /// marks gone. A row the server deleted since (`now` is `nil`) meets that delete by the merge
-    /// rules. `now` stands, superseded, when the server deleted the row since and the device
+    /// marks gone. With no row here (`now` is `nil`), the device's last word decides: when the
+    /// app deleted the row (`deletedSince`: a local insert, which a delete removes) or the device
+    /// held none at the merge, a delete of the row the batch created goes up; otherwise the
+    /// server deleted it since, and that delete meets the acknowledged row by the merge rules. `now` stands, superseded, when the server deleted the row since and the device
     /// keeps it to upload as an insert (a later merge's decision, made on its own values), and
     /// when the device had deleted the insert (`before` is a delete) but the app has changed the
     /// row since the merge: its latest action is an edit of a row the merge showed it, and that
@@ -317,8 +320,16 @@ package enum AckRules {
     /// superseded, or taken as it stands once the app edited it again, the row kept those losses
     /// for good. Acknowledged from `before`, the sent values are the base, as acknowledging first
     /// gives; the app's changes since the merge come after, as they did.
+    ///
+    /// Why a delete goes up when there is no row: the merged row may have been another writer's
+    /// under the same key (two clients each uploading again a row the server deleted), which the
+    /// server then deleted, with the push after that: the server created the row from the batch
+    /// after every merge here. Read as the server's delete, the app's delete never went up and
+    /// the server kept the row (found by `ManualStepConvergenceTests`, trial seed
+    /// 11589300365223785464). When the push came first, the server no longer has the row, and
+    /// it answers the delete `ok`.
     static func echoed(
-        _ change: RowChange, before: RowChange, now: RowState?, editedSince: Set<String>, serverValues: [String: Value],
+        _ change: RowChange, before: RowChange, now: RowState?, editedSince: Set<String>, deletedSince: Bool, serverValues: [String: Value],
         meet: (_ acked: RowState, _ merged: RowState?) throws -> MergeOutcome?
     ) rethrows -> MergeOutcome? {
         let held = before.kind == .delete ? nil : RowState(
@@ -326,7 +337,10 @@ package enum AckRules {
         )
         // An accepted insert always gives a row (a pending delete when the device held none).
         guard var acked = ok(change, local: held, serverValues: serverValues) else { return nil }
-        guard let now else { return try meet(acked, nil) }
+        guard let now else {
+            guard deletedSince || held == nil else { return try meet(acked, nil) }
+            return ok(change, local: nil, serverValues: serverValues).map { MergeOutcome(state: $0) }
+        }
         if now.isInserted { return nil }
         if held == nil {
             return hasLocalChanges(now) || !editedSince.isEmpty ? nil : try meet(acked, now)

@@ -374,9 +374,10 @@ extension SyncClient {
                                let held = echoes[Self.rowID(change.table, change.key)] {
                                 // What the device held names parents by the keys it knew then.
                                 let before = AckRules.followingKeys(held, rekeyed: rekeyed, associations: associations)
-                                let edited = try Self.fieldsSetSinceMerge(after: frozenAt, change.table, change.key, tx)
+                                let since = try Self.setSinceMerge(after: frozenAt, change.table, change.key, tx)
                                 let outcome = try AckRules.echoed(
-                                    change, before: before, now: local, editedSince: edited, serverValues: result.serverValues ?? [:]
+                                    change, before: before, now: local, editedSince: since.fields, deletedSince: since.deleted,
+                                    serverValues: result.serverValues ?? [:]
                                 ) { acked, merged in try ontoMerged(acked, merged: merged, change, key: change.key, tx: tx) }
                                 if let outcome {
                                     if outcome.state != local || outcome.conflict != nil {
@@ -600,20 +601,22 @@ extension SyncClient {
     }
 
     /// The fields the app set on the row (its local operations) after the first merge that
-    /// changed it after LSN `lsn`: for a row a merge brought back under the key of an insert of
-    /// the batch in flight, what the app did since that merge (`AckRules.echoed`). The log pin
-    /// of the batch in flight keeps that history.
-    static func fieldsSetSinceMerge(after lsn: UInt64, _ table: String, _ key: RowKey, _ tx: Transaction) throws -> Set<String> {
+    /// changed it after LSN `lsn`, and whether it deleted the row since then: for a row a merge
+    /// brought back under the key of an insert of the batch in flight, what the app did since
+    /// that merge (`AckRules.echoed`). The log pin of the batch in flight keeps that history.
+    static func setSinceMerge(after lsn: UInt64, _ table: String, _ key: RowKey, _ tx: Transaction) throws -> (fields: Set<String>, deleted: Bool) {
         var merged = false
         var fields: Set<String> = []
+        var deleted = false
         for entry in try tx.snapshot.history(table, key: key) where entry.lsn > lsn {
             if entry.kind == .serverChange {
                 merged = true
             } else if merged && entry.origin == .local {
                 fields.formUnion(entry.changes.map(\.field))
+                deleted = deleted || entry.kind == .delete
             }
         }
-        return fields
+        return (fields, deleted)
     }
 
     // MARK: Rejected rows
