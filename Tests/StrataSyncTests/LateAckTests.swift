@@ -546,6 +546,38 @@ extension LateAckTests {
         }
     }
 
+    /// The other order of the test above, and an insert after it. The push comes first, the
+    /// merge brings the row back (the batch's own), the app edits it, the server deletes it, and
+    /// the merge keeps the app's edit as a local insert (client wins); the app deletes that. The
+    /// delete goes up, as above, though the server no longer has the row. Found by
+    /// `ManualStepConvergenceTests` (trial seed 7330045786470116942, with an earlier form of the
+    /// rule): the app inserted under the key again before the delete went up, which made the
+    /// row an update of a row the server lacks, answered `conflict` for ever. The
+    /// acknowledgement clears the anchor, and the snapshot the next pull brings shows the row
+    /// gone, so the insert goes up as one.
+    @Test func anInsertUnderTheKeyAfterThatDeleteGoesUp() async throws {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store, policy: .clientWins)
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
+            let batch = try #require(try sync.nextBatch())
+            let ack = try await server.push(batch)
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            try await store.write { try $0.update("tasks", key: 7, ["title": "mine"]) }
+            server.write("tasks", key: 7, nil)
+            try sync.merge(try await server.pull(since: try sync.anchor()))
+            try await store.write { try $0.delete("tasks", key: 7) }
+            let report = try sync.acknowledge(ack)
+            #expect(report.anchorCleared)
+            try await store.write { try $0.insert("tasks", ["id": 7, "title": "again"]) }
+            for _ in 0..<3 { _ = try await sync.sync(with: server) }
+            #expect(server.rows("tasks")[7]?["title"] == "again")
+            #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+            #expect(serverRows(server, "tasks") == (try clientRows(store, "tasks")))
+        }
+    }
+
     /// Another writer's row under the same key, merged before the push: the server answers the
     /// insert `conflict`, so the note the merge made is not used, and the merge's insert-insert
     /// conflict stands (here for the client: its values go up against the other row's).

@@ -283,8 +283,9 @@ package enum AckRules {
     /// values, or a delete when it held no row). `now` is the row as it is, `editedSince` the
     /// fields the app has set on it since that merge (whether it deleted the row, `now` shows), and
     /// `meet` brings an acknowledged row together with a row a merge left, by the merge rules
-    /// (``ontoMerged`` for this row). `deletedSince` says whether the app deleted the row since
-    /// that merge. Returns the row's new state, or `nil` when `now` stands.
+    /// (``ontoMerged`` for this row). `deletedSince` says whether the row's last operation is a
+    /// delete the app made since that merge. Returns the row's new state, or `nil` when `now`
+    /// stands.
     ///
     /// The result is what acknowledging before that merge would have given (``ok`` of `before`:
     /// the sent values as originals, what the device held as currents), brought together with
@@ -303,10 +304,10 @@ package enum AckRules {
     /// A conflict mark on a field whose server value is still the sent one goes: no writer but
     /// this device changed that field, and only the merge's missing base made it a conflict.
     /// A row deleted since the merge stays deleted (a delete carries no values), with the same
-    /// marks gone. With no row here (`now` is `nil`), the device's last word decides: when the
-    /// app deleted the row (`deletedSince`: a local insert, which a delete removes) or the device
-    /// held none at the merge, a delete of the row the batch created goes up; otherwise the
-    /// server deleted it since, and that delete meets the acknowledged row by the merge rules. `now` stands, superseded, when the server deleted the row since and the device
+    /// marks gone. With no row here (`now` is `nil`), the row's last operation decides: the
+    /// app's delete (`deletedSince`: of a local insert, which a delete removes) goes up as a
+    /// delete of the row the batch created; a server's delete meets the acknowledged row by the
+    /// merge rules. `now` stands, superseded, when the server deleted the row since and the device
     /// keeps it to upload as an insert (a later merge's decision, made on its own values), and
     /// when the device had deleted the insert (`before` is a delete) but the app has changed the
     /// row since the merge: its latest action is an edit of a row the merge showed it, and that
@@ -326,8 +327,11 @@ package enum AckRules {
     /// server then deleted, with the push after that: the server created the row from the batch
     /// after every merge here. Read as the server's delete, the app's delete never went up and
     /// the server kept the row (found by `ManualStepConvergenceTests`, trial seed
-    /// 11589300365223785464). When the push came first, the server no longer has the row, and
-    /// it answers the delete `ok`.
+    /// 11589300365223785464). When the push came first, the server no longer has the row: it
+    /// answers the delete `ok`, but until the delete goes up, an insert the app makes under the
+    /// key again is an update of a row the server lacks, answered `conflict` with nothing in
+    /// the next delta to settle it. So the acknowledgement also clears the anchor, and the next
+    /// pull, a snapshot, shows whether the server has the row.
     static func echoed(
         _ change: RowChange, before: RowChange, now: RowState?, editedSince: Set<String>, deletedSince: Bool, serverValues: [String: Value],
         meet: (_ acked: RowState, _ merged: RowState?) throws -> MergeOutcome?
@@ -338,7 +342,7 @@ package enum AckRules {
         // An accepted insert always gives a row (a pending delete when the device held none).
         guard var acked = ok(change, local: held, serverValues: serverValues) else { return nil }
         guard let now else {
-            guard deletedSince || held == nil else { return try meet(acked, nil) }
+            guard deletedSince else { return try meet(acked, nil) }
             return ok(change, local: nil, serverValues: serverValues).map { MergeOutcome(state: $0) }
         }
         if now.isInserted { return nil }

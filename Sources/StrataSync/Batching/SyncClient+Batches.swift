@@ -40,9 +40,9 @@ public struct AckReport: Sendable, Hashable {
     /// Whether the acknowledgement cleared the anchor, so that the next pull is a full snapshot:
     /// a merge while the batch was in flight left the device unsure what the server holds for
     /// an accepted row (a snapshot that left it out, a delta that upserted it unchanged, or one
-    /// that changed it but not a field the batch sent, or that met a sent field the device kept;
-    /// see `AckRules.awaitsSnapshot` and
-    /// `AckRules.unseenSent`). Only an app that merges between `nextBatch()` and
+    /// that changed it but not a field the batch sent, or that met a sent field the device kept,
+    /// or an inserted row a merge brought back that the app then deleted; see
+    /// `AckRules.awaitsSnapshot`, `AckRules.unseenSent` and `AckRules.echoed`). Only an app that merges between `nextBatch()` and
     /// `acknowledge(_:)` meets this.
     public var anchorCleared = false
 }
@@ -380,6 +380,9 @@ extension SyncClient {
                                     serverValues: result.serverValues ?? [:]
                                 ) { acked, merged in try ontoMerged(acked, merged: merged, change, key: change.key, tx: tx) }
                                 if let outcome {
+                                    // The delete may be of a row the server no longer has
+                                    // (`AckRules.echoed`): a snapshot settles it.
+                                    if local == nil && since.deleted { report.anchorCleared = true }
                                     if outcome.state != local || outcome.conflict != nil {
                                         try storeMerged(outcome, change.table, key: change.key, tx: tx)
                                     }
@@ -601,7 +604,8 @@ extension SyncClient {
     }
 
     /// The fields the app set on the row (its local operations) after the first merge that
-    /// changed it after LSN `lsn`, and whether it deleted the row since then: for a row a merge
+    /// changed it after LSN `lsn`, and whether the row's last operation since then is the app's
+    /// delete: for a row a merge
     /// brought back under the key of an insert of the batch in flight, what the app did since
     /// that merge (`AckRules.echoed`). The log pin of the batch in flight keeps that history.
     static func setSinceMerge(after lsn: UInt64, _ table: String, _ key: RowKey, _ tx: Transaction) throws -> (fields: Set<String>, deleted: Bool) {
@@ -613,8 +617,9 @@ extension SyncClient {
                 merged = true
             } else if merged && entry.origin == .local {
                 fields.formUnion(entry.changes.map(\.field))
-                deleted = deleted || entry.kind == .delete
             }
+            // The app's delete, unless a server operation came after it.
+            if merged { deleted = entry.origin == .local && entry.kind == .delete }
         }
         return (fields, deleted)
     }
