@@ -42,8 +42,8 @@ public struct AckReport: Sendable, Hashable {
     /// an accepted row (a snapshot that left it out, a delta that upserted it unchanged, or one
     /// that changed it but not a field the batch sent, or that met a sent field the device kept,
     /// or an inserted row a merge brought back that the app then deleted; see
-    /// `AckRules.awaitsSnapshot`, `AckRules.unseenSent` and `AckRules.echoed`). Only an app that merges between `nextBatch()` and
-    /// `acknowledge(_:)` meets this.
+    /// `AckRules.awaitsSnapshot`, `AckRules.unseenSent` and `AckRules.echoed`). Only an app that
+    /// merges between `nextBatch()` and `acknowledge(_:)` meets this.
     public var anchorCleared = false
 }
 
@@ -605,9 +605,9 @@ extension SyncClient {
 
     /// The fields the app set on the row (its local operations) after the first merge that
     /// changed it after LSN `lsn`, and whether the row's last operation since then is the app's
-    /// delete: for a row a merge
-    /// brought back under the key of an insert of the batch in flight, what the app did since
-    /// that merge (`AckRules.echoed`). The log pin of the batch in flight keeps that history.
+    /// delete: for a row a merge brought back under the key of an insert of the batch in flight,
+    /// what the app did since that merge (`AckRules.echoed`). The log pin of the batch in flight
+    /// keeps that history.
     static func setSinceMerge(after lsn: UInt64, _ table: String, _ key: RowKey, _ tx: Transaction) throws -> (fields: Set<String>, deleted: Bool) {
         var merged = false
         var fields: Set<String> = []
