@@ -99,6 +99,68 @@ private func be(_ i: UInt64) -> [UInt8] { withUnsafeBytes(of: i.bigEndian) { Arr
         }
     }
 
+    /// The checkpoint's writer: puts and deletes in key order through one cursor, over entries
+    /// already there and new ones, on enough keys for several pages and splits.
+    @Test func aWriteCursorPutsAndDeletesInKeyOrder() throws {
+        try withEnvironment { env in
+            let db = try env.openDatabase("items")
+            try env.write { txn in for i in UInt64(0)..<3000 where i % 3 != 0 { try txn.put(be(i), be(i), in: db) } }
+            var expected: [UInt64: UInt64] = [:]
+            for i in UInt64(0)..<3000 where i % 3 != 0 { expected[i] = i }
+            let missing = try env.write { txn in
+                try txn.withWriteCursor(db) { c throws(LMDBError) in
+                    var missing = 0
+                    for i in UInt64(0)..<3000 {
+                        let key = be(i)
+                        if i % 4 == 0 {
+                            if try !withBytes(key, { k throws(LMDBError) in try c.delete(k) }) { missing += 1 }
+                        } else {
+                            let value = [UInt8](repeating: UInt8(i % 251), count: 40)
+                            try withBytes(key) { k throws(LMDBError) in try withBytes(value) { v throws(LMDBError) in try c.put(k, v) } }
+                        }
+                    }
+                    return missing
+                }
+            }
+            for i in UInt64(0)..<3000 {
+                if i % 4 == 0 { expected[i] = nil } else { expected[i] = UInt64(i % 251) }
+            }
+            // Keys 0, 12, 24, ...: a multiple of 4 and of 3 had no entry to delete.
+            #expect(missing == 250)
+            try env.read { txn throws in
+                var seen = 0
+                try txn.withCursor(db) { c in
+                    var e = try c.first()
+                    while let (k, v) = e {
+                        let key = k.loadUnaligned(as: UInt64.self).bigEndian
+                        #expect(expected[key] == UInt64(v.first!) && v.count == 40, "key \(key)")
+                        seen += 1
+                        e = try c.next()
+                    }
+                }
+                #expect(seen == expected.count)
+            }
+        }
+    }
+
+    /// A write cursor's failure dooms its transaction, as a put of the transaction's own does.
+    @Test func aWriteCursorsFailureAbortsTheTransaction() throws {
+        try withEnvironment { env in
+            let db = try env.openDatabase("items")
+            #expect(throws: LMDBError.self) {
+                try env.write { txn in
+                    try txn.put([1], [1], in: db)
+                    try? txn.withWriteCursor(db) { c throws(LMDBError) in
+                        // Over LMDB's key size limit (511 bytes by default).
+                        let key = [UInt8](repeating: 7, count: 600)
+                        try withBytes(key) { k throws(LMDBError) in try withBytes([1]) { v throws(LMDBError) in try c.put(k, v) } }
+                    }
+                }
+            }
+            #expect(try env.read { try $0.get([1], in: db) } == nil)
+        }
+    }
+
     @Test func mapGrowsWhenFull() throws {
         var options = EnvironmentOptions()
         options.mapSize = 64 * 1024

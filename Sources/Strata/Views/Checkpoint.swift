@@ -122,20 +122,24 @@ extension Store {
 /// Writing the overlay into LMDB.
 enum Checkpoint {
     /// Puts every entry of `version` (deletes every tombstone) into the views of `txn`, in key
-    /// order: one pass per database, each page touched once.
+    /// order: one pass per database, each page touched once. One LMDB cursor per database
+    /// writes them: the next key in order is often on the page of the last, which the cursor
+    /// finds without a search from the root.
     static func write(_ version: OverlayVersion, into txn: LMDB.WriteTransaction, _ views: StoreDatabases) throws(StrataError) {
         for (slot, db) in views.derived.enumerated() where version.trees[slot].count > 0 {
-            var cursor = OverlayCursor(version.trees[slot])
-            var e = cursor.first()
-            while let entry = e {
-                try lmdb { () throws(LMDBError) in
-                    if let value = entry.value {
-                        try txn.put(entry.key, value, in: db)
-                    } else {
-                        _ = try txn.delete(entry.key, in: db)
+            try lmdb { () throws(LMDBError) in
+                try txn.withWriteCursor(db) { (writer: inout WriteCursor) throws(LMDBError) in
+                    var cursor = OverlayCursor(version.trees[slot])
+                    var e = cursor.first()
+                    while let entry = e {
+                        if let value = entry.value {
+                            try writer.put(entry.key, value)
+                        } else {
+                            try writer.delete(entry.key)
+                        }
+                        e = cursor.next()
                     }
                 }
-                e = cursor.next()
             }
         }
     }
