@@ -305,9 +305,15 @@ import Testing
     /// there: an edit back to "a" that nobody made, which the next upload put over "mine". The
     /// current is now the sent value again unless the app set it since the freeze. Found by
     /// `ManualStepConvergenceTests` ("no value put back").
+    ///
+    /// The same when the app edited the title again before deleting the row (trial seed
+    /// 4806652833793780520): the delete put the title's current back to its original, and the
+    /// restore changed nothing in it, so the app's edit before the delete was still taken for the
+    /// last word on the field, and "a" went up over "mine". The delete's reset counts now, and it
+    /// is no edit.
     @Test func aFieldAMergeSetToTheBaseIsNotTakenForAnEdit() async throws {
-        for restored in [true, false] {
-            let label = restored ? "a deleted row restored" : "the title set back"
+        for (restored, editedBeforeDelete) in [(true, false), (true, true), (false, false)] {
+            let label = restored ? "a deleted row restored\(editedBeforeDelete ? ", edited before the delete" : "")" : "the title set back"
             try await withStoreAsync { store in
                 let server = InMemorySyncServer()
                 let original: [String: Value] = ["title": "a", "priority": 0, "done": false, "notes": nil]
@@ -317,6 +323,7 @@ import Testing
                 try await store.write { try $0.update("tasks", key: 1, ["title": "mine"]) }
                 let batch = try #require(try sync.nextBatch())
                 if restored {
+                    if editedBeforeDelete { try await store.write { try $0.update("tasks", key: 1, ["title": "later"]) } }
                     try await store.write { try $0.delete("tasks", key: 1) }
                     server.write("tasks", key: 1, original.merging(["priority": 5]) { _, new in new })
                     try sync.merge(try await server.pull(since: try sync.anchor()))

@@ -591,13 +591,18 @@ extension SyncClient {
     /// frozen at LSN `lsn`, rather than a merge: the last operation since then that changed the
     /// field's current value was the app's (an edit, a revert, a resolution). A field no
     /// operation changed still holds the value sent (`AckRules.unseenSent`).
+    ///
+    /// The app's delete sets nothing: it puts each edited field's current back to its original,
+    /// and a merge that then restores the row (server wins) shows no change in those fields. Taken
+    /// for an edit, or skipped so that an edit made before the delete stayed the field's last
+    /// word, the restored base went up over the value sent (trial seed 4806652833793780520).
     static func fieldsEditedSinceFreeze(_ change: RowChange, after lsn: UInt64, _ tx: Transaction) throws -> Set<String> {
         var current = change.values
         var edited: Set<String> = []
-        for entry in try tx.snapshot.history(change.table, key: change.key) where entry.lsn > lsn && entry.kind != .delete {
+        for entry in try tx.snapshot.history(change.table, key: change.key) where entry.lsn > lsn {
             for c in entry.changes where change.values[c.field] != nil && current[c.field] != c.current {
                 current[c.field] = c.current
-                if entry.origin == .local { edited.insert(c.field) } else { edited.remove(c.field) }
+                if entry.origin == .local && entry.kind != .delete { edited.insert(c.field) } else { edited.remove(c.field) }
             }
         }
         return edited
