@@ -360,12 +360,7 @@ extension LateAckTests {
         otherWriter: (@Sendable (inout [String: Value]) -> Void)? = nil,
         settle: ((SyncClient) throws -> Void)? = nil
     ) async throws -> [String: Value]? {
-        try await withStoreAsync { store in
-            let server = InMemorySyncServer()
-            let sync = SyncClient(store: store, policy: policy)
-            _ = try await sync.sync(with: server)
-            try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
-            let batch = try #require(try sync.nextBatch())
+        try await withFrozenInsert(policy: policy) { store, server, sync, batch in
             let ack = try await server.push(batch)
             if let otherWriterBeforePull {
                 var row = try #require(server.rows("tasks")[7])
@@ -393,6 +388,18 @@ extension LateAckTests {
 
     /// "Acknowledged before the merge" or "after", for the messages.
     func order(_ ackFirst: Bool) -> String { "acknowledged \(ackFirst ? "before" : "after") the merge" }
+
+    /// A store synced with a new server and holding an insert of task 7 (title "urgent"), frozen
+    /// into the batch in flight and not pushed yet: `body` goes on from there.
+    func withFrozenInsert<R>(policy: ConflictPolicy, _ body: (Store, InMemorySyncServer, SyncClient, Batch) async throws -> R) async throws -> R {
+        try await withStoreAsync { store in
+            let server = InMemorySyncServer()
+            let sync = SyncClient(store: store, policy: policy)
+            _ = try await sync.sync(with: server)
+            try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
+            return try await body(store, server, sync, try #require(try sync.nextBatch()))
+        }
+    }
 
     /// The seed's sequence, shrunk: insert, freeze, push, delete here, pull and merge, acknowledge.
     @Test func aDeleteSinceTheFreezeIsNotLostToTheEcho() async throws {
@@ -520,12 +527,7 @@ extension LateAckTests {
     /// has is answered `ok`).
     @Test(arguments: everyPolicy)
     func aDeleteAfterAnotherWritersRowWasMergedAndDeletedGoesUp(policy: ConflictPolicy) async throws {
-        try await withStoreAsync { store in
-            let server = InMemorySyncServer()
-            let sync = SyncClient(store: store, policy: policy)
-            _ = try await sync.sync(with: server)
-            try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
-            let batch = try #require(try sync.nextBatch())
+        try await withFrozenInsert(policy: policy) { store, server, sync, batch in
             server.write("tasks", key: 7, ["title": "theirs", "priority": 0, "done": false, "notes": .null])
             try sync.merge(try await server.pull(since: try sync.anchor()))
             server.write("tasks", key: 7, nil)
@@ -556,12 +558,7 @@ extension LateAckTests {
     /// acknowledgement clears the anchor, and the snapshot the next pull brings shows the row
     /// gone, so the insert goes up as one.
     @Test func anInsertUnderTheKeyAfterThatDeleteGoesUp() async throws {
-        try await withStoreAsync { store in
-            let server = InMemorySyncServer()
-            let sync = SyncClient(store: store, policy: .clientWins)
-            _ = try await sync.sync(with: server)
-            try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
-            let batch = try #require(try sync.nextBatch())
+        try await withFrozenInsert(policy: .clientWins) { store, server, sync, batch in
             let ack = try await server.push(batch)
             try sync.merge(try await server.pull(since: try sync.anchor()))
             try await store.write { try $0.update("tasks", key: 7, ["title": "mine"]) }
@@ -582,12 +579,7 @@ extension LateAckTests {
     /// insert `conflict`, so the note the merge made is not used, and the merge's insert-insert
     /// conflict stands (here for the client: its values go up against the other row's).
     @Test func anotherWritersRowUnderTheKeyStaysAConflict() async throws {
-        try await withStoreAsync { store in
-            let server = InMemorySyncServer()
-            let sync = SyncClient(store: store, policy: .clientWins)
-            _ = try await sync.sync(with: server)
-            try await store.write { try $0.insert("tasks", ["id": 7, "title": "urgent"]) }
-            let batch = try #require(try sync.nextBatch())
+        try await withFrozenInsert(policy: .clientWins) { store, server, sync, batch in
             server.write("tasks", key: 7, ["title": "theirs", "priority": 0, "done": false, "notes": .null])
             try sync.merge(try await server.pull(since: try sync.anchor()))
             let report = try sync.acknowledge(try await server.push(batch))
