@@ -105,8 +105,6 @@ private func be(_ i: UInt64) -> [UInt8] { withUnsafeBytes(of: i.bigEndian) { Arr
         try withEnvironment { env in
             let db = try env.openDatabase("items")
             try env.write { txn in for i in UInt64(0)..<3000 where i % 3 != 0 { try txn.put(be(i), be(i), in: db) } }
-            var expected: [UInt64: UInt64] = [:]
-            for i in UInt64(0)..<3000 where i % 3 != 0 { expected[i] = i }
             let missing = try env.write { txn in
                 try txn.withWriteCursor(db) { c throws(LMDBError) in
                     var missing = 0
@@ -122,9 +120,9 @@ private func be(_ i: UInt64) -> [UInt8] { withUnsafeBytes(of: i.bigEndian) { Arr
                     return missing
                 }
             }
-            for i in UInt64(0)..<3000 {
-                if i % 4 == 0 { expected[i] = nil } else { expected[i] = UInt64(i % 251) }
-            }
+            // What the cursor left: every key not a multiple of 4, with its new value.
+            var expected: [UInt64: UInt64] = [:]
+            for i in UInt64(0)..<3000 where i % 4 != 0 { expected[i] = i % 251 }
             // Keys 0, 12, 24, ...: a multiple of 4 and of 3 had no entry to delete.
             #expect(missing == 250)
             try env.read { txn throws in
