@@ -36,6 +36,8 @@ struct SyncCommand: AsyncParsableCommand {
     struct Report: Encodable {
         var rowsApplied, fieldsFromServer, fieldsKeptLocal, fieldsSettled: Int
         var conflicts: [String]
+        /// Server rows this store cannot hold, set aside: "table key: reason".
+        var refusedServerRows: [String]
         var batches, acknowledged, rejected, conflictsOnPush, retries: Int
         var pending: Int
         var anchor: String?
@@ -59,15 +61,17 @@ struct SyncCommand: AsyncParsableCommand {
             let refused = report.acks.reduce(0) { $0 + $1.setAside + $1.dropped + $1.rolledBack }
             let m = report.merge
             let conflicts = m.conflicts.map { "\($0.table) \($0.key) \($0.fields.joined(separator: ",")) → \($0.resolution)" }
+            let refusedRows = m.refusedRows.map { "\($0.table) \($0.key): \($0.reason)" }
             if output.json {
                 return try printJSON(Report(
                     rowsApplied: m.rowsApplied, fieldsFromServer: m.fieldsFromServer, fieldsKeptLocal: m.fieldsKeptLocal,
-                    fieldsSettled: m.fieldsSettled, conflicts: conflicts, batches: report.batches, acknowledged: acknowledged,
+                    fieldsSettled: m.fieldsSettled, conflicts: conflicts, refusedServerRows: refusedRows, batches: report.batches, acknowledged: acknowledged,
                     rejected: refused, conflictsOnPush: pushConflicts, retries: report.retries, pending: pending,
                     anchor: try sync.anchor()))
             }
             print("merge: \(m)")
             for c in conflicts { print("conflict: \(c)") }
+            for r in refusedRows { print("server row set aside (this store cannot hold it): \(r)") }
             print("push: \(report.batches) batches, \(acknowledged) rows acknowledged, \(pushConflicts) in conflict, \(refused) refused; \(report.retries) retries")
             print("pending now: \(pending); anchor \(try sync.anchor() ?? "none")")
         } catch let e as StrataError {

@@ -85,6 +85,25 @@ public final class SyncClient: Sendable {
     }
 
     private func merge(_ delta: ServerDelta, policy: ConflictPolicy?, abortingWith abort: ((MergeReport) -> any Error)?) throws -> MergeReport {
+        // A server row this store cannot hold aborts the transaction (`ServerRowRefusal`), and
+        // the merge runs again without it: checking every row up front would cost every merge,
+        // where this costs only the rare delta that carries such a row (a run per such row).
+        var refused: [ServerRowPosition: RefusedServerRow] = [:]
+        while true {
+            do {
+                return try merge(delta, policy: policy, refusing: refused, abortingWith: abort)
+            } catch let refusal as ServerRowRefusal {
+                guard refused.updateValue(refusal.row, forKey: refusal.position) == nil else {
+                    throw StrataError(.invalidOperation, "the merge refused \(refusal.row.table) \(refusal.row.key) twice: \(refusal.row.reason)")
+                }
+            }
+        }
+    }
+
+    private func merge(
+        _ delta: ServerDelta, policy: ConflictPolicy?, refusing refused: [ServerRowPosition: RefusedServerRow],
+        abortingWith abort: ((MergeReport) -> any Error)?
+    ) throws -> MergeReport {
         try store.write { tx in
             let current = try tx.property(Self.anchorProperty)?.stringValue
             if let since = delta.since, since != current {
@@ -102,10 +121,14 @@ public final class SyncClient: Sendable {
                 carried: Set(inserts.map { Self.rowID($0.table, $0.key) }),
                 sent: Set(changes.map { Self.rowID($0.table, $0.key) })
             )
-            for table in delta.tables {
+            for (index, table) in delta.tables.enumerated() {
                 let p = policy ?? tablePolicies[table.table] ?? self.policy
-                try mergeTable(table, mode: delta.mode, anchor: delta.anchor, policy: p, notes: notes, tx: tx, report: &report)
+                try mergeTable(
+                    table, at: index, mode: delta.mode, anchor: delta.anchor, policy: p, refusing: refused, notes: notes, tx: tx,
+                    report: &report)
             }
+            report.refusedRows = refused.sorted { ($0.key.table, $0.key.upsert) < ($1.key.table, $1.key.upsert) }.map(\.value)
+            try Self.updateRefusedServerRows(after: delta, refused: report.refusedRows, tx)
             try Self.note(notes.deletes, in: Self.serverDeletesProperty, tx)
             try Self.note(notes.echoes, in: Self.echoesProperty, tx)
             try Self.note(notes.listed, in: Self.listedProperty, tx)
@@ -151,8 +174,8 @@ public final class SyncClient: Sendable {
     }
 
     private func mergeTable(
-        _ delta: TableDelta, mode: ServerDelta.Mode, anchor: String, policy: ConflictPolicy,
-        notes: InFlightNotes, tx: Transaction, report: inout MergeReport
+        _ delta: TableDelta, at tableIndex: Int, mode: ServerDelta.Mode, anchor: String, policy: ConflictPolicy,
+        refusing refused: [ServerRowPosition: RefusedServerRow], notes: InFlightNotes, tx: Transaction, report: inout MergeReport
     ) throws {
         let snap = try tx.snapshot
         let schema = try snap.schema(delta.table)
@@ -162,53 +185,69 @@ public final class SyncClient: Sendable {
         func context(_ key: RowKey) -> String { "the delta's row \(key) of table '\(delta.table)'" }
 
         for (index, row) in delta.upserts.enumerated() {
-            var keyValues: [Value] = []
-            keyValues.reserveCapacity(schema.primaryKey.count)
-            for k in schema.primaryKey {
-                guard let v = row.fields[k], !v.isNull else {
-                    throw StrataError(.missingField, "row \(index) of table '\(delta.table)' in the delta lacks its key field '\(k)'")
+            let position = ServerRowPosition(table: tableIndex, upsert: index)
+            if refused[position] != nil {
+                // Set aside: what the store holds under its key stays as it is (a snapshot does
+                // not take it for deleted).
+                seen.insert(RowKey(schema.primaryKey.compactMap { k in row.fields[k].map { stored($0, k, schema) } }))
+                continue
+            }
+            do {
+                var keyValues: [Value] = []
+                keyValues.reserveCapacity(schema.primaryKey.count)
+                for k in schema.primaryKey {
+                    guard let v = row.fields[k], !v.isNull else {
+                        throw StrataError(.missingField, "row \(index) of table '\(delta.table)' in the delta lacks its key field '\(k)'")
+                    }
+                    keyValues.append(stored(v, k, schema))
                 }
-                keyValues.append(stored(v, k, schema))
-            }
-            let key = RowKey(keyValues)
-            guard seen.insert(key).inserted else {
-                throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
-            }
-            notes.list(delta.table, key)
-            // The merge on the stored record writes nothing for a row that names a field the
-            // table lacks (and resolves every name before it looks at a value), so the check
-            // below still comes first for such a row.
-            if mergesOnRecords, try mergeOnRecord(row, table: delta.table, key: key, anchor: anchor, policy: policy, tx: tx, order: &order, report: &report) { continue }
-            if schema.mode == .fixed {
-                for name in row.fields.keys where !keyFields.contains(name) && schema.field(name) == nil {
-                    throw StrataError(.fieldNotFound, "\(context(key)) sets field '\(name)', which the table does not have")
+                let key = RowKey(keyValues)
+                guard seen.insert(key).inserted else {
+                    throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
                 }
-            }
-            var values: [String: Value] = [:]
-            for (name, value) in row.fields where !keyFields.contains(name) { values[name] = stored(value, name, schema) }
-            let existing = try tx.row(delta.table, key: key, includingDeleted: true)
-            if !notes.carried.isEmpty, AckRules.notesEcho(local: existing, carried: notes.carried.contains(Self.rowID(delta.table, key))) {
-                let held = existing.map { row in row.values.filter { !keyFields.contains($0.key) } }
-                notes.echoes.append(RowChange(table: delta.table, key: key, kind: held == nil ? .delete : .insert, values: held ?? [:]))
-            }
-            if schema.mode == .fixed && (existing == nil || existing?.status == .inserted) {
-                // A row new to this device: fields the server leaves out take their defaults.
-                // A local insert not yet acknowledged holds no server copy either, so the server's
-                // row is new to it too. Without this, omitted fields got `null` originals, and a
-                // required one made a later merge of the row (a local delete against a server
-                // update) refuse the whole delta, on every pull.
-                for f in schema.fields where !keyFields.contains(f.name) && values[f.name] == nil {
-                    if let d = f.defaultValue {
-                        values[f.name] = d
-                    } else if !f.isNullable {
-                        throw StrataError(.missingField, "\(context(key)) is new to this device but lacks the required field '\(f.name)'")
+                notes.list(delta.table, key)
+                // The merge on the stored record writes nothing for a row that names a field the
+                // table lacks (and resolves every name before it looks at a value), so the check
+                // below still comes first for such a row.
+                if mergesOnRecords, try mergeOnRecord(row, table: delta.table, key: key, anchor: anchor, policy: policy, tx: tx, order: &order, report: &report) { continue }
+                if schema.mode == .fixed {
+                    for name in row.fields.keys where !keyFields.contains(name) && schema.field(name) == nil {
+                        throw StrataError(.fieldNotFound, "\(context(key)) sets field '\(name)', which the table does not have")
                     }
                 }
+                var values: [String: Value] = [:]
+                for (name, value) in row.fields where !keyFields.contains(name) { values[name] = stored(value, name, schema) }
+                let existing = try tx.row(delta.table, key: key, includingDeleted: true)
+                if !notes.carried.isEmpty, AckRules.notesEcho(local: existing, carried: notes.carried.contains(Self.rowID(delta.table, key))) {
+                    let held = existing.map { row in row.values.filter { !keyFields.contains($0.key) } }
+                    notes.echoes.append(RowChange(table: delta.table, key: key, kind: held == nil ? .delete : .insert, values: held ?? [:]))
+                }
+                if schema.mode == .fixed && (existing == nil || existing?.status == .inserted) {
+                    // A row new to this device: fields the server leaves out take their defaults.
+                    // A local insert not yet acknowledged holds no server copy either, so the server's
+                    // row is new to it too. Without this, omitted fields got `null` originals, and a
+                    // required one made a later merge of the row (a local delete against a server
+                    // update) refuse the whole delta, on every pull.
+                    for f in schema.fields where !keyFields.contains(f.name) && values[f.name] == nil {
+                        if let d = f.defaultValue {
+                            values[f.name] = d
+                        } else if !f.isNullable {
+                            throw StrataError(.missingField, "\(context(key)) is new to this device but lacks the required field '\(f.name)'")
+                        }
+                    }
+                }
+                try apply(.upsert(values), table: delta.table, key: key, local: existing, server: row, anchor: anchor, policy: policy, tx: tx, report: &report)
+            } catch {
+                // A row that breaks this store's rules (`RowRule`): the merge runs again without it.
+                guard let refusal = ServerRowRefusal(error, position: position, table: delta.table, fields: row.fields, schema: schema, anchor: anchor) else {
+                    throw error
+                }
+                throw refusal
             }
-            try apply(.upsert(values), table: delta.table, key: key, local: existing, server: row, anchor: anchor, policy: policy, tx: tx, report: &report)
         }
         for key in delta.deletes {
-            let existing = try tx.row(delta.table, key: key, includingDeleted: true)
+            // A key this store cannot hold names no row here: nothing to delete.
+            guard let existing = try Self.rowUnlessRefused(delta.table, key, tx) else { continue }
             let k = existing?.key ?? key
             guard seen.insert(k).inserted else {
                 throw StrataError(.invalidOperation, "\(context(k)) is listed twice")
@@ -457,13 +496,17 @@ public final class SyncClient: Sendable {
                 for table in snapshot.tables {
                     let schema = try tx.snapshot.schema(table.table)
                     var server: [RowKey: [String: Value]] = [:]
+                    var untouched = Set<RowKey>()
                     for row in table.upserts {
-                        let key = RowKey(try schema.primaryKey.map { k in
-                            guard let v = row.fields[k] else {
-                                throw StrataError(.missingField, "a row of table '\(table.table)' in the snapshot lacks its key field '\(k)'")
-                            }
-                            return v
-                        })
+                        let sent = RowKey(schema.primaryKey.compactMap { row.fields[$0] })
+                        // A row this store cannot hold (`RowRule`) is set aside, as a merge sets
+                        // it aside; what the store holds under its key stays.
+                        if let reason = RefusedServerRow.reason(refusing: row, sent, of: schema) {
+                            report.refusedRows.append(RefusedServerRow(table: table.table, key: sent, reason: reason, anchor: snapshot.anchor))
+                            untouched.insert(sent)
+                            continue
+                        }
+                        let key = sent
                         var fields = row.fields.filter { !schema.primaryKey.contains($0.key) }
                         // As in a merge, fields the server leaves out take their defaults.
                         for f in schema.fields where schema.mode == .fixed && !schema.primaryKey.contains(f.name) && fields[f.name] == nil {
@@ -473,6 +516,7 @@ public final class SyncClient: Sendable {
                     }
                     var keys = Set(server.keys)
                     for row in try tx.snapshot.rows(table.table, includingDeleted: true) { keys.insert(row.key) }
+                    keys.subtract(untouched)
                     for key in keys.sorted(by: { $0.description < $1.description }) {
                         let local = try tx.row(table.table, key: key, includingDeleted: true).map(RowState.init)
                         let state = MergeRules.reset(local: local, server: server[key], keepLocalChanges: keepLocalChanges)
@@ -483,6 +527,7 @@ public final class SyncClient: Sendable {
                     }
                 }
                 try Self.dropSettledRejected(in: Set(snapshot.tables.map(\.table)), tx)
+                try Self.updateRefusedServerRows(after: snapshot, refused: report.refusedRows, tx)
                 try tx.setProperty(Self.anchorProperty, .string(snapshot.anchor))
                 return report
             }

@@ -43,13 +43,42 @@ public final class InMemorySyncServer: SyncTransport {
     /// Lets a test refuse changes or assign keys and values: return a result to use instead of
     /// the server's own.
     public let decide: (@Sendable (RowChange) -> RowResult?)?
+    /// The tables whose rows are checked as `strata-server` checks them (`RowRule`): a change
+    /// that breaks the rule is answered `error` with `setAside` and the reason. Rows of other
+    /// tables are taken as they come.
+    public let tables: [String: TableSchema]
 
     /// An empty server; `keyFields` names each table's key fields, `associations` the references
-    /// that follow a key the server assigns, `decide` lets a test answer rows itself.
-    public init(keyFields: [String: [String]] = [:], associations: [Association] = [], decide: (@Sendable (RowChange) -> RowResult?)? = nil) {
+    /// that follow a key the server assigns, `decide` lets a test answer rows itself, and
+    /// `tables` are checked by `RowRule` (their key fields are taken from them).
+    public init(
+        keyFields: [String: [String]] = [:], associations: [Association] = [], tables: [TableSchema] = [],
+        decide: (@Sendable (RowChange) -> RowResult?)? = nil
+    ) {
+        var keyFields = keyFields
+        for t in tables { keyFields[t.name] = t.primaryKey }
         self.keyFields = keyFields
         self.associations = associations
+        self.tables = Dictionary(tables.map { ($0.name, $0) }) { $1 }
         self.decide = decide
+    }
+
+    /// Why `RowRule` refuses `change` for its table, if the server knows the table.
+    private func refusal(_ change: RowChange) -> String? {
+        guard let schema = tables[change.table] else { return nil }
+        do {
+            _ = try RowRule.admit(key: change.key, of: schema)
+            for (f, v) in change.values { _ = try RowRule.admit(v, field: f, of: schema) }
+            for (f, v) in change.originals { _ = try RowRule.admit(v, field: f, of: schema) }
+            if change.kind == .insert, schema.mode == .fixed, let f = schema.fields.first(where: { f in
+                !f.isNullable && f.defaultValue == nil && change.values[f.name] == nil
+            }) {
+                return "an insert into '\(schema.name)' needs field '\(f.name)'"
+            }
+            return nil
+        } catch {
+            return error.message
+        }
     }
 
     /// The server's rows of `table` (key fields left out).
@@ -199,7 +228,9 @@ public final class InMemorySyncServer: SyncTransport {
                 // A child naming a parent that this batch re-keyed follows the parent's new key:
                 // the rule the client applies to the acknowledgement, so both read it alike.
                 let change = AckRules.followingKeys(sent, rekeyed: rekeyed, associations: associations)
-                if var custom = decide?(change) {
+                if let reason = refusal(change) {
+                    results.append(RowResult(table: change.table, key: change.key, status: .error, error: RowError(reason: reason, action: .setAside)))
+                } else if var custom = decide?(change) {
                     // An `ok` the server cannot apply (stale originals, a taken key) is the
                     // conflict it is: answering `ok` would confirm a row never written.
                     if custom.status == .ok {

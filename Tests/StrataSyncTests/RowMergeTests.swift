@@ -165,12 +165,10 @@ import Testing
         try withStore { store in
             try store.write { tx in try tx.insert("tasks", ["id": 5, "title": "L", "priority": 2]) }
             let sync = SyncClient(store: store, policy: .clientWins)
-            let before = try observable(store)
-            let error = #expect(throws: StrataError.self) {
-                try sync.merge(ServerDelta(anchor: "a1", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 5, "done": true])])]))
-            }
-            #expect(error?.code == .missingField)
-            #expect(try observable(store) == before)
+            let before = try observableRows(store)
+            let refused = try sync.merge(ServerDelta(anchor: "a1", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 5, "done": true])])])).refusedRows
+            #expect(refused.first?.reason.contains("required field 'title'") == true, "\(refused)")
+            #expect(try observableRows(store) == before)
 
             try sync.merge(ServerDelta(anchor: "a1", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 5, "title": "S", "done": true])])]))
             let merged = try #require(try store.read { try $0.row("tasks", key: 5) })
@@ -271,11 +269,6 @@ import Testing
 @Suite struct MalformedDeltaTests {
     static let bad: [(String, StrataError.Code, ServerDelta)] = [
         ("unknown table", .tableNotFound, ServerDelta(anchor: "n", tables: [TableDelta("nope", upserts: [ServerRow(["id": 1])])])),
-        ("unknown field", .fieldNotFound, ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 1, "colour": "red"])])])),
-        ("wrong type", .typeMismatch, ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 1, "title": 5])])])),
-        ("wrong key type", .typeMismatch, ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["id": "one", "title": "t"])])])),
-        ("missing key", .missingField, ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["title": "t"])])])),
-        ("new row without a required field", .missingField, ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 7])])])),
         ("key listed twice", .invalidOperation, ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 1, "title": "a"])], deletes: [1])])),
         ("wrong anchor", .invalidOperation, ServerDelta(since: "elsewhere", anchor: "n", tables: [])),
         // The first table merges fine; the failure in the second must undo it (and the anchor).
@@ -284,6 +277,35 @@ import Testing
             TableDelta("missing"),
         ])),
     ]
+
+    /// Rows this store cannot hold: each is set aside with its reason, the rows stay as they
+    /// were, and the anchor moves (`RefusedServerRowTests`).
+    static let refused: [(String, String, ServerDelta)] = [
+        ("unknown field", "sets field 'colour'", ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 1, "colour": "red"])])])),
+        ("wrong type", "holds string values", ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 1, "title": 5])])])),
+        ("wrong key type", "holds int values", ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["id": "one", "title": "t"])])])),
+        ("missing key", "lacks its key field 'id'", ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["title": "t"])])])),
+        ("new row without a required field", "required field 'title'", ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 7])])])),
+    ]
+
+    @Test(arguments: refused.indices)
+    func refusedRowsAreSetAsideAndTheAnchorMoves(_ i: Int) throws {
+        let (name, words, delta) = Self.refused[i]
+        try withStore { store in
+            try store.write { tx in
+                for i in 1...3 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) }
+                for i in 1...3 { try tx.acknowledge("tasks", key: .init(.int(Int64(i)))) }
+                try tx.update("tasks", key: 2, ["done": true])
+            }
+            let sync = SyncClient(store: store)
+            try sync.merge(ServerDelta(anchor: "start", tables: []))
+            let before = try observableRows(store)
+            let report = try sync.merge(delta)
+            #expect(report.refusedRows.count == 1 && report.refusedRows[0].reason.contains(words), "\(name): \(report.refusedRows)")
+            #expect(try observableRows(store) == before, "\(name) changed the rows")
+            #expect(try sync.anchor() == "n")
+        }
+    }
 
     @Test(arguments: bad.indices)
     func rejectedWithNoChangeAnchorIncluded(_ i: Int) throws {

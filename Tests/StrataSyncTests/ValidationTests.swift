@@ -50,21 +50,36 @@ import Testing
                 ("update", { try store.write { try $0.update("readings", key: 1, [field: value]) } }),
                 ("property-bag insert", { try store.write { try $0.insert("bag", ["id": 2, "y": value]) } }),
                 ("property", { try store.write { try $0.setProperty("p", value) } }),
+            ]
+            // A server row is set aside with the reason instead (`RefusedServerRowTests`).
+            let merges: [(String, () throws -> MergeReport)] = [
                 ("merge of a clean row", { try sync.merge(ServerDelta(anchor: "a", tables: [TableDelta("readings", upserts: [ServerRow(["id": 1, field: value])])])) }),
                 ("merge of a pending row", { try sync.merge(ServerDelta(anchor: "a", tables: [TableDelta("readings", upserts: [ServerRow(["id": 2, field: value])])])) }),
                 ("merge of a new row", { try sync.merge(ServerDelta(anchor: "a", tables: [TableDelta("readings", upserts: [ServerRow(with(["id": 5, "v": 1]))])])) }),
                 ("merge into a property bag", { try sync.merge(ServerDelta(anchor: "a", tables: [TableDelta("bag", upserts: [ServerRow(["id": 1, "x": value])])])) }),
-                ("reset", { try sync.reset(with: ServerDelta(anchor: "a", tables: [TableDelta("readings", upserts: [ServerRow(with(["id": 1, "v": 1]))])]), keepLocalChanges: true) }),
             ]
+            let rowsBefore = try observableRows(store)
+            for (what, merge) in merges {
+                let report = try merge()
+                #expect(report.refusedRows.count == 1 && report.refusedRows.first?.reason.contains("finite") == true, "\(what): \(report)")
+                #expect(try observableRows(store) == rowsBefore, "\(what) changed the rows")
+            }
             if field == "v" {
                 attempts.append(("key of a double", { try store.write { try $0.insert("byDouble", ["k": value]) } }))
             }
+            // A reset refuses the row too; the rows the snapshot leaves out go, as in any reset.
+            let row1 = try store.read { try $0.row("readings", key: 1) }
+            let reset = try sync.reset(with: ServerDelta(anchor: "a", tables: [TableDelta("readings", upserts: [ServerRow(with(["id": 1, "v": 1]))])]), keepLocalChanges: true)
+            #expect(reset.refusedRows.count == 1 && reset.refusedRows.first?.reason.contains("finite") == true, "reset: \(reset)")
+            #expect(try store.read { try $0.row("readings", key: 1) } == row1)
+            let afterMerges = try observableAll(store)
             for (what, attempt) in attempts {
                 let e = #expect(throws: StrataError.self, "\(what)") { try attempt() }
                 #expect(e?.code == .invalidValue, "\(what): \(String(describing: e))")
                 #expect(e?.message.contains("finite") == true, "\(what)")
-                #expect(try observableAll(store) == before, "\(what) changed the store")
+                #expect(try observableAll(store) == afterMerges, "\(what) changed the store")
             }
+            _ = before
             // Uploads are never blocked: the next batch encodes.
             let batch = try #require(try sync.nextBatch())
             #expect(try WireFormat.encoder.encode(batch).isEmpty == false)
@@ -75,17 +90,12 @@ import Testing
         try Self.withStores { store in
             let before = try observableAll(store)
             let sync = SyncClient(store: store)
+            let rowsBefore = try observableRows(store)
             for id in [1, 2] {  // a row merged on its record and one merged field by field
-                let e = #expect(throws: StrataError.self) {
-                    try sync.merge(ServerDelta(anchor: "a", tables: [TableDelta("readings", upserts: [ServerRow(["id": .int(Int64(id)), "v": .null])])]))
-                }
-                #expect(e?.code == .nullNotAllowed && e?.message.contains("'v'") == true, "row \(id): \(String(describing: e))")
+                let report = try sync.merge(ServerDelta(anchor: "a", tables: [TableDelta("readings", upserts: [ServerRow(["id": .int(Int64(id)), "v": .null])])]))
+                #expect(report.refusedRows.first?.reason.contains("'v'") == true && report.refusedRows.first?.reason.contains("null") == true, "row \(id): \(report)")
+                #expect(try observableRows(store) == rowsBefore)
             }
-            // A reset whose snapshot lacks a required value.
-            let e = #expect(throws: StrataError.self) {
-                try sync.reset(with: ServerDelta(anchor: "a", tables: [TableDelta("readings", upserts: [ServerRow(["id": 7, "label": "no v"])])]), keepLocalChanges: false)
-            }
-            #expect(e?.code == .nullNotAllowed)
             // Resolving a conflict with a null for a required field.
             try store.write { try $0.update("readings", key: 1, ["v": 9.5]) }
             try SyncClient(store: store, policy: .deferred).merge(ServerDelta(anchor: "a1", tables: [TableDelta("readings", upserts: [ServerRow(["id": 1, "v": 8.5])])]))
@@ -94,6 +104,10 @@ import Testing
             let r = #expect(throws: StrataError.self) { try sync.resolve("readings", key: 1, with: .values(["v": .null])) }
             #expect(r?.code == .nullNotAllowed)
             #expect(try observableAll(store) == mid)
+            // A reset whose snapshot lacks a required value.
+            let report = try sync.reset(with: ServerDelta(anchor: "a", tables: [TableDelta("readings", upserts: [ServerRow(["id": 7, "label": "no v"])])]), keepLocalChanges: false)
+            #expect(report.refusedRows.first?.reason.contains("required field 'v'") == true, "\(report)")
+            #expect(try store.read { try $0.row("readings", key: 7) } == nil)
             _ = before
         }
     }
@@ -114,13 +128,14 @@ import Testing
             let sync = SyncClient(store: store)
             try sync.merge(ServerDelta(anchor: "a1", tables: [TableDelta("notes", upserts: [ServerRow(["id": .string(id), "title": "short"])])]))
             let before = try observableAll(store)
+            let rowsBefore = try observableRows(store)
             for row in [ServerRow(["id": .string(id), "title": .string(long)]), ServerRow(["id": .string(other), "title": .string(long)])] {
-                let e = #expect(throws: StrataError.self) {
-                    try sync.merge(ServerDelta(anchor: "a2", tables: [TableDelta("notes", upserts: [row])]))
-                }
-                #expect(e?.code == .invalidValue && e?.message.contains("'notes_by_title'") == true, "\(String(describing: e))")
-                #expect(try observableAll(store) == before)
+                // Set aside, as a row this store cannot hold (`RefusedServerRowTests`).
+                let report = try sync.merge(ServerDelta(anchor: "a2", tables: [TableDelta("notes", upserts: [row])]))
+                #expect(report.refusedRows.first?.reason.contains("'notes_by_title'") == true, "\(report)")
+                #expect(try observableRows(store) == rowsBefore)
             }
+            _ = before
             try store.checkpoint()
             try store.write { tx in try tx.insert("notes", ["id": "x", "title": "fine"]) }
             try store.checkpoint()
@@ -245,6 +260,15 @@ extension ValidationTests {
 }
 
 /// Every table's rows with their state, every property, the log length.
+/// The rows of every table, the log's length and the tables: what a refused server row must
+/// leave as it was (the anchor and the list of refused rows move).
+func observableRows(_ store: Store) throws -> [String] {
+    try store.read { snap in
+        try snap.tables.flatMap { t in try snap.rows(t.name, includingDeleted: true).map(\.description) }
+            + ["lsn \(try snap.lastLSN)", "tables \(snap.tables.map(\.name))"]
+    }
+}
+
 func observableAll(_ store: Store) throws -> [String] {
     try store.read { snap in
         try snap.tables.flatMap { t in try snap.rows(t.name, includingDeleted: true).map(\.description) }

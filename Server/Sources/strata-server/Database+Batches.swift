@@ -71,7 +71,8 @@ extension Database {
     }
 
     private func normalize(_ c: RowChange, row: String) throws(RequestError) -> RowChange {
-        guard let table = tables[c.table] else { throw .bad("\(row): unknown table '\(c.table)'") }
+        guard let config = tables[c.table] else { throw .bad("\(row): unknown table '\(c.table)'") }
+        let table = ServerTable(config)
         var n = c
         n.key = try table.checkKey(c.key, row: row)
         n.values = [:]
@@ -115,7 +116,7 @@ extension Database {
         // A batch stored before digests were kept (schema 2) can only be matched on the rows its
         // acknowledgement answers, in order.
         let same = storedDigest.map { $0 == digest }
-            ?? (ack.results.map { [$0.table, Self.keyText($0.key)] } == batch.changes.map { [$0.table, Self.keyText($0.key)] })
+            ?? (ack.results.map { StoredRowID($0.table, Self.keyText($0.key)) } == batch.changes.map { StoredRowID($0.table, Self.keyText($0.key)) })
         guard same else {
             // Batch ids are `<clientID>-<number>` (checked before any is stored).
             let highest = try await c.query("""
@@ -164,39 +165,39 @@ extension Database {
         // Rows the tables refuse are answered in their place below, and neither read nor written.
         let changes = checked.compactMap { $0.problem == nil ? $0.change : nil }
         // Lock every row the batch names, in one statement, in key order.
-        let named = Set(changes.map { [$0.table, Self.keyText($0.key)] }).sorted { ($0[0], $0[1]) < ($1[0], $1[1]) }
-        var rows: [[String]: Stored] = [:]
+        let named = Set(changes.map { StoredRowID($0.table, Self.keyText($0.key)) }).sorted()
+        var rows: [StoredRowID: Stored] = [:]
         let locked = try await c.query("""
             SELECT tbl, key, fields, deleted FROM strata_rows
-            WHERE (tbl, key) IN (SELECT * FROM unnest(\(named.map { $0[0] })::text[], \(named.map { $0[1] })::text[]))
+            WHERE (tbl, key) IN (SELECT * FROM unnest(\(named.map(\.table))::text[], \(named.map(\.key))::text[]))
             ORDER BY tbl, key FOR UPDATE
             """, logger: logger)
         for try await (tbl, key, fields, deleted) in locked.decode((String, String, String, Bool).self) {
-            rows[[tbl, key]] = Stored(fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted, exists: true)
+            rows[StoredRowID(tbl, key)] = Stored(fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted, exists: true)
         }
 
         // The parents that children in this batch name, as they are now (shared locks, so that
         // no batch deletes one before this one commits). A parent this batch itself inserts or
         // deletes is judged by the batch's own state below.
-        var parentRefs = Set<[String]>()
+        var parentRefs = Set<StoredRowID>()
         for change in changes where change.kind != .delete {
             for a in tables.associations ?? [] where a.child == change.table {
-                if let v = change.values[a.field], !v.isNull { parentRefs.insert([a.parent, Self.keyText(RowKey([v]))]) }
+                if let v = change.values[a.field], !v.isNull { parentRefs.insert(StoredRowID(a.parent, Self.keyText(RowKey([v])))) }
             }
         }
-        var liveParents = Set<[String]>()
+        var liveParents = Set<StoredRowID>()
         if !parentRefs.isEmpty {
-            let refs = parentRefs.sorted { ($0[0], $0[1]) < ($1[0], $1[1]) }
+            let refs = parentRefs.sorted()
             let found = try await c.query("""
                 SELECT tbl, key FROM strata_rows
-                WHERE (tbl, key) IN (SELECT * FROM unnest(\(refs.map { $0[0] })::text[], \(refs.map { $0[1] })::text[])) AND NOT deleted
+                WHERE (tbl, key) IN (SELECT * FROM unnest(\(refs.map(\.table))::text[], \(refs.map(\.key))::text[])) AND NOT deleted
                 ORDER BY tbl, key FOR SHARE
                 """, logger: logger)
-            for try await (t, k) in found.decode((String, String).self) { liveParents.insert([t, k]) }
+            for try await (t, k) in found.decode((String, String).self) { liveParents.insert(StoredRowID(t, k)) }
         }
 
         var results: [RowResult] = []
-        var written: [[String]: Int] = [:]   // row → index of the result that wrote it
+        var written: [StoredRowID: Int] = [:]   // row → index of the result that wrote it
         var rekeyed: [String: [Value: Value]] = [:]   // parent table → client key → server key
         for (change, problem) in checked.map({ ($0.change, $0.problem) }) {
             if let problem {
@@ -225,7 +226,7 @@ extension Database {
             if change.kind != .delete {
                 for a in tables.associations ?? [] where a.child == change.table {
                     guard let v = change.values[a.field], !v.isNull else { continue }
-                    let parent = [a.parent, Self.keyText(RowKey([v]))]
+                    let parent = StoredRowID(a.parent, Self.keyText(RowKey([v])))
                     let live = rows[parent].map { !$0.deleted } ?? liveParents.contains(parent)
                     if !live { orphan = "\(a.field) names \(a.parent) \(v), which does not exist on the server" }
                 }
@@ -234,7 +235,7 @@ extension Database {
                 results.append(RowResult(table: change.table, key: change.key, status: .error, error: RowError(reason: orphan, action: .setAside)))
                 continue
             }
-            let id = [change.table, Self.keyText(key)]
+            let id = StoredRowID(change.table, Self.keyText(key))
             var row = rows[id] ?? Stored(fields: [:], deleted: true, exists: false)
             let live = !row.deleted
             func matches(_ originals: [String: Value]) -> Bool {
@@ -270,13 +271,13 @@ extension Database {
 
         try await c.query("SELECT pg_advisory_xact_lock(\(Self.versionLock))", logger: logger)
         if !written.isEmpty {
-            let ids = written.keys.sorted { ($0[0], $0[1]) < ($1[0], $1[1]) }
-            func encoded(_ id: [String]) throws -> String { String(decoding: try WireFormat.encode(rows[id]!.fields), as: UTF8.self) }
+            let ids = written.keys.sorted()
+            func encoded(_ id: StoredRowID) throws -> String { String(decoding: try WireFormat.encode(rows[id]!.fields), as: UTF8.self) }
             let old = ids.filter { rows[$0]!.exists }
             if !old.isEmpty {
                 try await c.query("""
                     UPDATE strata_rows r SET fields = u.f, deleted = u.d, version = nextval('strata_version'), updated_at = now()
-                    FROM unnest(\(old.map { $0[0] })::text[], \(old.map { $0[1] })::text[], \(try old.map(encoded))::text[], \(old.map { rows[$0]!.deleted })::bool[]) AS u(t, k, f, d)
+                    FROM unnest(\(old.map(\.table))::text[], \(old.map(\.key))::text[], \(try old.map(encoded))::text[], \(old.map { rows[$0]!.deleted })::bool[]) AS u(t, k, f, d)
                     WHERE r.tbl = u.t AND r.key = u.k
                     """, logger: logger)
             }
@@ -287,11 +288,11 @@ extension Database {
                 let inserted = try await c.query("""
                     INSERT INTO strata_rows (tbl, key, fields, deleted, version)
                     SELECT t, k, f, d, nextval('strata_version')
-                    FROM unnest(\(new.map { $0[0] })::text[], \(new.map { $0[1] })::text[], \(try new.map(encoded))::text[], \(new.map { rows[$0]!.deleted })::bool[]) AS u(t, k, f, d)
+                    FROM unnest(\(new.map(\.table))::text[], \(new.map(\.key))::text[], \(try new.map(encoded))::text[], \(new.map { rows[$0]!.deleted })::bool[]) AS u(t, k, f, d)
                     ON CONFLICT (tbl, key) DO NOTHING RETURNING tbl, key
                     """, logger: logger)
-                var done = Set<[String]>()
-                for try await (t, k) in inserted.decode((String, String).self) { done.insert([t, k]) }
+                var done = Set<StoredRowID>()
+                for try await (t, k) in inserted.decode((String, String).self) { done.insert(StoredRowID(t, k)) }
                 for id in new where !done.contains(id) {
                     let r = results[written[id]!]
                     results[written[id]!] = RowResult(table: r.table, key: r.key, status: .conflict)
@@ -304,5 +305,35 @@ extension Database {
             UPDATE strata_batches SET ack = \(text), seq = nextval('strata_batch_order') WHERE id = \(batch.id)
             """, logger: logger)
         return ack
+    }
+}
+
+/// A row of the server: its table and its key as stored (the key's wire JSON), as a dictionary
+/// key. Compared, hashed and ordered by UTF-8 bytes, as PostgreSQL compares `text` and as
+/// clients compare keys: Swift's `String` equality would take a key's NFC and NFD forms for one
+/// row, and a batch naming both would write one's change onto the other.
+struct StoredRowID: Hashable, Comparable {
+    let table: String
+    let key: String
+
+    init(_ table: String, _ key: String) {
+        self.table = table
+        self.key = key
+    }
+
+    static func == (a: StoredRowID, b: StoredRowID) -> Bool {
+        a.table.utf8.elementsEqual(b.table.utf8) && a.key.utf8.elementsEqual(b.key.utf8)
+    }
+
+    func hash(into hasher: inout Hasher) {
+        for part in [table, key] {
+            hasher.combine(part.utf8.count)
+            for byte in part.utf8 { hasher.combine(byte) }
+        }
+    }
+
+    static func < (a: StoredRowID, b: StoredRowID) -> Bool {
+        if !a.table.utf8.elementsEqual(b.table.utf8) { return a.table.utf8.lexicographicallyPrecedes(b.table.utf8) }
+        return a.key.utf8.lexicographicallyPrecedes(b.key.utf8)
     }
 }

@@ -66,7 +66,9 @@ struct TableConfig: Codable, Sendable {
         }
     }
 
-    subscript(name: String) -> Table? { tables.first { $0.name == name } }
+    /// The table called `name`, compared by its UTF-8 bytes: two names that Swift's `==` calls
+    /// equal (NFC and NFD forms) are two names, as in a client's store.
+    subscript(name: String) -> Table? { tables.first { $0.name.utf8.elementsEqual(name.utf8) } }
 }
 
 /// A fatal configuration or start-up problem, printed as one line.
@@ -91,40 +93,63 @@ struct RequestError: Error {
 }
 
 extension TableConfig.Table {
-    /// Checks and normalizes a value for `field` (an int for a double field becomes a double, as
-    /// the client stores it), so that stored values compare equal to what clients send.
-    func check(_ value: Value, field name: String, row: String, allowNull: Bool = true) throws(RequestError) -> Value {
-        guard let f = field(name) else {
-            if isPropertyBag { return value }
-            throw .bad("\(row): table '\(self.name)' has no field '\(name)'")
+    /// The table as a client declares it: what `RowRule` checks rows against.
+    var schema: TableSchema {
+        TableSchema(
+            name: name, mode: mode ?? .fixed,
+            fields: fields.map { FieldDefinition($0.name, $0.type, nullable: $0.nullable ?? false, default: $0.default) },
+            primaryKey: primaryKey)
+    }
+}
+
+/// A table of the tables file, with its schema built once: every row of every batch is checked
+/// against it.
+struct ServerTable: Sendable {
+    let config: TableConfig.Table
+    let schema: TableSchema
+
+    init(_ config: TableConfig.Table) {
+        self.config = config
+        self.schema = config.schema
+    }
+
+    var name: String { config.name }
+    var primaryKey: [String] { config.primaryKey }
+    var fields: [TableConfig.Field] { config.fields }
+    var isPropertyBag: Bool { config.isPropertyBag }
+    var serverAssignedKey: Bool { config.serverAssignedKey == true }
+
+    /// Checks and normalizes a value for `field` by the clients' own rule (`RowRule`: the field
+    /// exists, its type, nullability, finiteness; an int for a double field becomes a double, as
+    /// the client stores it), so that the server takes only what every client can store.
+    func check(_ value: Value, field name: String, row: String) throws(RequestError) -> Value {
+        do {
+            return try RowRule.admit(value, field: name, of: schema)
+        } catch {
+            throw .bad("\(row): \(error.message)")
         }
-        if value.isNull {
-            guard allowNull, f.nullable == true, !primaryKey.contains(name) else { throw .bad("\(row): field '\(name)' may not be null") }
-            return value
-        }
-        if f.type == .double, case .int(let i) = value { return .double(Double(i)) }
-        guard value.type == f.type else { throw .bad("\(row): field '\(name)' takes \(f.type) values, not \(value.type.map(\.rawValue) ?? "null")") }
-        return value
     }
 
     /// The most bytes a row's table name and key (its JSON, as stored) take together.
     /// PostgreSQL refuses an index entry over about 2,700 bytes (a third of a page), and
-    /// `strata_rows` is indexed on (table, key): a longer key would fail inside the batch's
-    /// transaction, for good. The margin covers the entry's own headers.
-    static let maxKeyBytes = 2000
+    /// `strata_rows` is indexed on (table, key). `RowRule.maxKeyBytes` bounds a key well below
+    /// this, except one made mostly of control characters, which JSON writes 6 bytes each: such
+    /// a key is refused here rather than fail inside the batch's transaction, for good.
+    static let maxStoredKeyBytes = 2000
 
-    /// The row key as stored (normalized values), checked against the key fields and
-    /// ``maxKeyBytes``.
+    /// The row key as stored (normalized values), checked by the clients' rule (`RowRule`: key
+    /// fields, types, encoded size) and against ``maxStoredKeyBytes``.
     func checkKey(_ key: RowKey, row: String) throws(RequestError) -> RowKey {
-        guard key.values.count == primaryKey.count else {
-            throw .bad("\(row): the key has \(key.values.count) values but table '\(name)' has \(primaryKey.count) key fields")
+        let checked: RowKey
+        do {
+            checked = try RowRule.admit(key: key, of: schema)
+        } catch {
+            throw .bad("\(row): \(error.message)")
         }
-        var out: [Value] = []
-        for (k, v) in zip(primaryKey, key.values) { out.append(try check(v, field: k, row: row, allowNull: false)) }
-        let size = name.utf8.count + ((try? WireFormat.encode(out).count) ?? 0)
-        guard size <= Self.maxKeyBytes else {
-            throw .bad("\(row): the key takes \(size) bytes with its table name; the server takes at most \(Self.maxKeyBytes)")
+        let size = name.utf8.count + ((try? WireFormat.encode(checked.values).count) ?? 0)
+        guard size <= Self.maxStoredKeyBytes else {
+            throw .bad("\(row): the key takes \(size) bytes as the server stores it, with its table name; the server takes at most \(Self.maxStoredKeyBytes)")
         }
-        return RowKey(out)
+        return checked
     }
 }

@@ -61,11 +61,11 @@ struct ProtocolTests {
         _ = try await alice.push(Self.batch("alice", 1, [Self.insert(1, "one")]))
         let bad: [(RowChange, String)] = [
             (RowChange(table: "nope", key: 1, kind: .insert, values: ["id": 1]), "unknown table 'nope'"),
-            (RowChange(table: "tasks", key: 3, kind: .insert, values: ["id": 3, "title": 5]), "field 'title' takes string values"),
+            (RowChange(table: "tasks", key: 3, kind: .insert, values: ["id": 3, "title": 5]), "field 'title' of table 'tasks' holds string values"),
             (RowChange(table: "tasks", key: 4, kind: .insert, values: ["id": 4, "title": "t", "colour": "red"]), "no field 'colour'"),
             (RowChange(table: "tasks", key: 5, kind: .insert, values: ["id": 5]), "needs field 'title'"),
-            (RowChange(table: "tasks", key: RowKey([1, 2]), kind: .delete), "2 values"),
-            (RowChange(table: "tasks", key: 6, kind: .insert, values: ["id": 6, "title": .null]), "may not be null"),
+            (RowChange(table: "tasks", key: RowKey([1, 2]), kind: .delete), "the key (1, 2) has 2"),
+            (RowChange(table: "tasks", key: 6, kind: .insert, values: ["id": 6, "title": .null]), "cannot be null"),
             (RowChange(table: "tasks", key: 1, kind: .update, values: ["id": 9], originals: ["id": 1]), "cannot change key field 'id'"),
             (RowChange(table: "tasks", key: 1, kind: .delete, values: ["title": "x"], originals: ["title": "one"]), "a delete has no values"),
         ]
@@ -127,7 +127,7 @@ struct ProtocolTests {
         defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
         let alice = HTTPSyncTransport(server: server.url, token: token)
         #expect(try await alice.push(batch) == ack)
-        #expect(try await alice.push(Self.batch("alice", 2, [Self.insert(2, "two")])).results.first?.error?.reason.contains("takes int values") == true)
+        #expect(try await alice.push(Self.batch("alice", 2, [Self.insert(2, "two")])).results.first?.error?.reason.contains("holds int values") == true)
     }
 
     /// A store with a row the server's tables refuse (a field the server does not have) and a

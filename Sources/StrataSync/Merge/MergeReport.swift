@@ -28,6 +28,9 @@ public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
     public var fieldsSettled = 0
     /// Every conflict found, with its resolution.
     public var conflicts: [ConflictRecord] = []
+    /// Server rows this store cannot hold, set aside so that the rest merged
+    /// (``SyncClient/refusedServerRows()`` lists them until they are settled).
+    public var refusedRows: [RefusedServerRow] = []
 
     /// Conflicts left for the app to resolve.
     public var deferred: Int { conflicts.filter { $0.resolution == .deferred }.count }
@@ -38,6 +41,7 @@ public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
 
     public var description: String {
         "\(rowsApplied) rows applied; fields: \(fieldsFromServer) from the server, \(fieldsKeptLocal) kept local, \(fieldsSettled) settled; \(conflicts.count) conflicts (\(deferred) deferred)"
+            + (refusedRows.isEmpty ? "" : "; \(refusedRows.count) server rows refused")
     }
 
     mutating func record(_ outcome: MergeOutcome, table: String, key: RowKey, policy: ConflictPolicy) {

@@ -1,0 +1,119 @@
+import Foundation
+
+/// What a row of a table may hold: the one rule that every way into a store applies (edits,
+/// merges, resets, conflict resolutions, briefcase imports) and that a sync server applies to
+/// the rows it accepts, so that a server never takes a row a client cannot store.
+///
+/// A row fits its table when:
+/// - its key has one value per key field, each of the key field's type (an int for a double
+///   field is converted), none null, and the key takes at most ``maxKeyBytes`` encoded;
+/// - every field it names is declared (a property bag takes any name), and no name is empty;
+/// - every value is of its field's type (an int for a double field is converted), null only
+///   where the field is nullable, and finite (no NaN or infinite double or timestamp).
+///
+/// ```swift
+/// let key = try RowRule.admit(key: [7], of: tasks)                    // checked and normalized
+/// let title = try RowRule.admit(.string("Buy milk"), field: "title", of: tasks)
+/// ```
+public enum RowRule {
+    /// The most bytes a row key takes encoded, table id included (`invalidKey` past it). LMDB's
+    /// key limit is 511 bytes, and history keys add 8 bytes of LSN.
+    public static let maxKeyBytes = 500
+
+    /// Checks a key for `schema`'s table and returns it as the store keeps it (an int for a
+    /// double key field converted).
+    ///
+    /// - Throws: `StrataError` `invalidKey` (arity or size), `typeMismatch`, `nullNotAllowed`,
+    ///   `invalidValue` (not finite).
+    /// - Complexity: O(k) for a key of k bytes.
+    public static func admit(key: RowKey, of schema: TableSchema) throws(StrataError) -> RowKey {
+        var w = ByteWriter(capacity: 64)
+        let defs = try schema.primaryKey.map { (name: String) throws(StrataError) -> FieldDefinition in
+            guard let def = schema.field(name) else {
+                throw StrataError(.invalidSchema, "table '\(schema.name)': primary key field '\(name)' is not declared")
+            }
+            return def
+        }
+        // The table's id is not known outside a store; it always takes 4 bytes.
+        try encodeKey(key, of: schema, tableID: 0, definitions: defs, into: &w)
+        return RowKey(zip(key.values, defs).map { v, d in (try? coerce(v, table: schema.name, d)) ?? v })
+    }
+
+    /// Checks a value for the field `field` of `schema`'s table and returns it as the store keeps
+    /// it (an int for a double field converted). `nullable` overrides the field's nullability
+    /// (for originals).
+    ///
+    /// - Throws: `StrataError` `fieldNotFound` (an empty name, or a field a fixed table does not
+    ///   declare), `typeMismatch`, `nullNotAllowed`, `invalidValue` (not finite).
+    /// - Complexity: O(f) for a table of f declared fields.
+    public static func admit(_ value: Value, field: String, of schema: TableSchema, nullable: Bool? = nil) throws(StrataError) -> Value {
+        let def = schema.field(field)
+        if def == nil, schema.mode == .fixed, !field.isEmpty {
+            throw StrataError(.fieldNotFound, "table '\(schema.name)' has no field '\(field)'")
+        }
+        return try admit(value, table: schema.name, field: field, definition: def, nullable: nullable)
+    }
+
+    /// The check itself, for a field whose definition (`nil` for a property-bag field) the
+    /// caller found.
+    static func admit(_ value: Value, table: String, field: String, definition: FieldDefinition?, nullable: Bool?) throws(StrataError) -> Value {
+        guard !field.isEmpty else { throw StrataError(.fieldNotFound, "table '\(table)': a field name cannot be empty") }
+        guard let def = definition else {
+            try checkFinite(value, table: table, field: field)
+            return value
+        }
+        return try coerce(value, table: table, nullable.map { FieldDefinition(def.name, def.type, nullable: $0) } ?? def)
+    }
+
+    /// Refuses a NaN or infinite double or timestamp, naming the field: NaN and infinities have
+    /// no order, no place in an index and no JSON form, so an upload carrying one could never be
+    /// sent.
+    static func checkFinite(_ value: Value, table: String, field: String) throws(StrataError) {
+        let bad: String? = switch value {
+        case .double(let d) where !d.isFinite: "\(d)"
+        case .timestamp(let t) where !t.timeIntervalSince1970.isFinite: "a timestamp of \(t.timeIntervalSince1970) seconds"
+        default: nil
+        }
+        if let bad {
+            throw StrataError(.invalidValue, "field '\(field)' of table '\(table)' cannot hold \(bad): Strata stores only finite numbers and times (NaN and infinities cannot be ordered, indexed or sent to a server)")
+        }
+    }
+
+    /// Checks `value` against a declared field; an int given for a double field is converted.
+    static func coerce(_ value: Value, table: String, _ def: FieldDefinition) throws(StrataError) -> Value {
+        try checkFinite(value, table: table, field: def.name)
+        switch (value, def.type) {
+        case (.null, _):
+            guard def.isNullable else {
+                throw StrataError(.nullNotAllowed, "field '\(def.name)' of table '\(table)' cannot be null")
+            }
+            return value
+        case (.int(let i), .double):
+            return .double(Double(i))
+        default:
+            guard value.type == def.type else {
+                throw StrataError(.typeMismatch, "field '\(def.name)' of table '\(table)' holds \(def.type) values, not \(value.type!) (\(value))")
+            }
+            return value
+        }
+    }
+
+    /// Writes the `rows` key of `key` — table id, then the order-preserving key components —
+    /// into `w`, checking the key against the primary key (`definitions`, in key order).
+    static func encodeKey(
+        _ key: RowKey, of schema: TableSchema, tableID: UInt32, definitions: some Collection<FieldDefinition>, into w: inout ByteWriter
+    ) throws(StrataError) {
+        guard key.values.count == definitions.count else {
+            let names = schema.primaryKey.joined(separator: ", ")
+            throw StrataError(.invalidKey, "table '\(schema.name)' has a primary key of \(definitions.count) field(s) (\(names)); the key \(key) has \(key.values.count)")
+        }
+        w.reset()
+        w.appendBigEndian(tableID)
+        for (value, def) in zip(key.values, definitions) {
+            KeyCodec.append(try coerce(value, table: schema.name, def), to: &w)
+        }
+        guard w.count <= maxKeyBytes else {
+            throw StrataError(.invalidKey, "the key \(key) of table '\(schema.name)' is \(w.count) bytes encoded; the limit is \(maxKeyBytes)")
+        }
+    }
+}
