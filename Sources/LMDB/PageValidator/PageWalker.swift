@@ -91,11 +91,14 @@ struct PageWalker {
     /// pages it read.
     @discardableResult
     mutating func walk(_ record: DatabaseRecord, name: String, role: Tree.Role) -> Int {
-        var tree = Tree(name: name, role: role, record: record, order: KeyOrder.keys(record.flags), leaf2KeySize: nil)
-        walk(&tree)
+        // Listed before the walk, so that the main database comes before the named ones in it.
+        let index = databases.count
         databases.append(PageReport.Database(
             name: name, flags: record.flags, root: record.root == PageLayout.invalidPage ? nil : record.root,
-            depth: Int(record.depth), entries: record.entries, pagesWalked: tree.pagesWalked))
+            depth: Int(record.depth), entries: record.entries, pagesWalked: 0))
+        var tree = Tree(name: name, role: role, record: record, order: KeyOrder.keys(record.flags), leaf2KeySize: nil)
+        walk(&tree)
+        databases[index].pagesWalked = tree.pagesWalked
         return tree.pagesWalked
     }
 
