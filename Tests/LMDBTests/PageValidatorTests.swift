@@ -285,6 +285,46 @@ private func buildMixed(_ path: String) throws {
         expectFinding(bytes, [.keyOrder])
     }
 
+    /// The file offsets of the leaf nodes of a tree of depth 1 or 2 rooted at `root`.
+    private func leafNodes(_ b: [UInt8], root: UInt64) -> [Int] {
+        func nodes(_ page: UInt64) -> [Int] {
+            let base = Int(page) * 4096
+            return (0..<(u16(b, base + 12) - 16) / 2).map { nodeOffset(b, page: page, $0) }
+        }
+        guard u16(b, Int(root) * 4096 + 10) == 1 else { return nodes(root) }
+        return nodes(root).flatMap { n in nodes(u64(b, n) & 0xFFFF_FFFF_FFFF) }
+    }
+
+    @Test func aDamagedSubPageIsFound() throws {
+        var (bytes, report) = try mixed()
+        let root = try #require(report.databases.first { $0.name == "dups" }?.root)
+        let node = try #require(leafNodes(bytes, root: root).first { u16(bytes, $0 + 4) == 0x04 })
+        let subPage = node + 8 + u16(bytes, node + 6)
+        let original = bytes
+        // The first duplicate made larger than the second.
+        let first = subPage + u16(bytes, subPage + 16 + 0)
+        bytes[first + 8] = 0xFF
+        expectFinding(bytes, [.keyOrder])
+        // Its bounds past the node's data.
+        bytes = original
+        set16(&bytes, subPage + 14, 4000)
+        expectFinding(bytes, [.subPage])
+    }
+
+    @Test func aDamagedSubDatabaseIsFound() throws {
+        var (bytes, report) = try mixed()
+        let root = try #require(report.databases.first { $0.name == "dups" }?.root)
+        let node = try #require(leafNodes(bytes, root: root).first { u16(bytes, $0 + 4) == 0x06 })
+        let record = node + 8 + u16(bytes, node + 6)
+        let subRoot = u64(bytes, record + 40)
+        let original = bytes
+        set16(&bytes, Int(subRoot) * 4096 + 10, 0x04)
+        expectFinding(bytes, [.pageKind])
+        bytes = original
+        set64(&bytes, record + 32, 7)  // md_entries
+        expectFinding(bytes, [.counts])
+    }
+
     @Test func budgetsStopTheWalk() throws {
         let (bytes, _) = try mixed()
         var options = PageValidator.Options()
