@@ -84,7 +84,10 @@ struct PageWalker {
         var depthReported = false
 
         var depth: Int { Int(record.depth) }
-        var isDupSort: Bool { record.flags & PageLayout.dupSort != 0 }
+        /// Whether its leaves may hold duplicates. Never in a sub-database: a damaged record
+        /// saying so could otherwise nest sub-databases one page deep each, as deep as the file
+        /// has pages, and the walk's recursion with them.
+        var isDupSort: Bool { role != .duplicates && record.flags & PageLayout.dupSort != 0 }
     }
 
     /// Walks the tree `record` roots and checks its tallies against the record; returns the
