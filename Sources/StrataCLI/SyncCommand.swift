@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Synchronization
 import Strata
 import StrataSync
 
@@ -50,8 +51,14 @@ struct SyncCommand: AsyncParsableCommand {
             let sync = SyncClient(store: store, policy: ConflictPolicy(argument: policy)!, associations: associations)
             let transport = HTTPSyncTransport(server: URL(string: server)!, token: token, timeout: timeout)
             let quiet = output.json
+            let mergeRate = RateLine()
             let report = try await sync.sync(with: transport, maxAttempts: 3) { p in
                 guard !quiet else { return }
+                // A long pull merges page after page: one line every half second, not one a page.
+                if p.phase == .merge, p.status == .inProgress {
+                    if let line = mergeRate.line(rows: p.processed.values.reduce(0, +)) { FileHandle.standardError.write(Data(line.utf8)) }
+                    return
+                }
                 let rows = p.total.isEmpty ? "" : " " + p.total.keys.sorted().map { "\($0) \(p.processed[$0] ?? 0)/\(p.total[$0]!)" }.joined(separator: ", ")
                 FileHandle.standardError.write(Data("\(p.phase.rawValue): \(p.status.rawValue)\(rows)\n".utf8))
             }
@@ -193,5 +200,26 @@ enum StoredAssociations {
             throw StrataError(.corruptRecord, "the store's associations (property \(property)) are not readable: \(stored)")
         }
         return list
+    }
+}
+
+/// The progress line of a long merge: rows so far and rows a second, at most every half second.
+final class RateLine: Sendable {
+    private struct State {
+        var start = ContinuousClock.now
+        var last: ContinuousClock.Instant?
+    }
+    private let state = Mutex(State())
+
+    /// The line to print for `rows` merged so far, or `nil` when one was printed less than half a
+    /// second ago.
+    func line(rows: Int) -> String? {
+        state.withLock { s in
+            let now = ContinuousClock.now
+            if let last = s.last, now - last < .milliseconds(500) { return nil }
+            s.last = now
+            let seconds = max((now - s.start) / .seconds(1), 0.001)
+            return "merge: \(rows) rows, \(Int(Double(rows) / seconds)) rows/s\n"
+        }
     }
 }

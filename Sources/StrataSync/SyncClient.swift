@@ -84,14 +84,24 @@ public final class SyncClient: Sendable {
         }
     }
 
-    private func merge(_ delta: ServerDelta, policy: ConflictPolicy?, abortingWith abort: ((MergeReport) -> any Error)?) throws -> MergeReport {
+    /// What a merged delta does to the anchor.
+    enum MergeEnd {
+        /// The delta's anchor is stored, and any pull cursor forgotten: a whole delta, an
+        /// incremental page, or the last page of a snapshot.
+        case anchor
+        /// A page of a snapshot merged page by page: the anchor stays, and the cursor of the next
+        /// page is stored with the page, so that a sync that stops resumes there.
+        case resumeAt(PullCursor)
+    }
+
+    func merge(_ delta: ServerDelta, policy: ConflictPolicy?, end: MergeEnd = .anchor, abortingWith abort: ((MergeReport) -> any Error)?) throws -> MergeReport {
         // A server row this store cannot hold aborts the transaction (`ServerRowRefusal`), and
         // the merge runs again without it: checking every row up front would cost every merge,
         // where this costs only the rare delta that carries such a row (a run per such row).
         var refused: [ServerRowPosition: RefusedServerRow] = [:]
         while true {
             do {
-                return try merge(delta, policy: policy, refusing: refused, abortingWith: abort)
+                return try merge(delta, policy: policy, refusing: refused, end: end, abortingWith: abort)
             } catch let refusal as ServerRowRefusal {
                 guard refused.updateValue(refusal.row, forKey: refusal.position) == nil else {
                     throw StrataError(.invalidOperation, "the merge refused \(refusal.row.table) \(refusal.row.key) twice: \(refusal.row.reason)")
@@ -101,7 +111,7 @@ public final class SyncClient: Sendable {
     }
 
     private func merge(
-        _ delta: ServerDelta, policy: ConflictPolicy?, refusing refused: [ServerRowPosition: RefusedServerRow],
+        _ delta: ServerDelta, policy: ConflictPolicy?, refusing refused: [ServerRowPosition: RefusedServerRow], end: MergeEnd,
         abortingWith abort: ((MergeReport) -> any Error)?
     ) throws -> MergeReport {
         try store.write { tx in
@@ -136,7 +146,13 @@ public final class SyncClient: Sendable {
                 try tx.setProperty(Self.snapshotMergedProperty, .bool(true))
             }
             try Self.dropSettledRejected(in: Set(delta.tables.map(\.table)), tx)
-            try tx.setProperty(Self.anchorProperty, .string(delta.anchor))
+            switch end {
+            case .anchor:
+                try tx.setProperty(Self.anchorProperty, .string(delta.anchor))
+                try Self.savePullCursor(nil, tx)
+            case .resumeAt(let cursor):
+                try Self.savePullCursor(cursor, tx)
+            }
             // A dry run throws out of the transaction, so nothing is committed.
             if let abort { throw abort(report) }
             return report

@@ -44,6 +44,16 @@ public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
             + (refusedRows.isEmpty ? "" : "; \(refusedRows.count) server rows refused")
     }
 
+    /// Adds what a merge of a later page did.
+    mutating func absorb(_ page: MergeReport) {
+        rowsApplied += page.rowsApplied
+        fieldsFromServer += page.fieldsFromServer
+        fieldsKeptLocal += page.fieldsKeptLocal
+        fieldsSettled += page.fieldsSettled
+        conflicts += page.conflicts
+        refusedRows += page.refusedRows
+    }
+
     mutating func record(_ outcome: MergeOutcome, table: String, key: RowKey, policy: ConflictPolicy) {
         record(outcome.decisions.map(\.outcome), conflict: outcome.conflict.flatMap { c in
             outcome.resolution.map { ConflictRecord(table: table, key: key, kind: c.kind, fields: c.fields, resolution: $0.kind, policy: policy.kind) }

@@ -14,8 +14,9 @@ import Strata
 ///
 /// The protocol:
 /// - `GET /v1/changes?since=<anchor>&limit=<n>` answers a ``ServerDelta`` page; the header
-///   `Strata-More: true` says more follow. ``pull(since:)`` pages through them (within
-///   `maxPages`) and returns them as one delta.
+///   `Strata-More: true` says more follow. ``pullPage(_:)`` fetches one page and says where the
+///   next starts; ``pull(since:)`` pages through them (within `maxPages`) and returns them as one
+///   delta.
 /// - `POST /v1/batches` takes a ``Batch`` and answers its ``BatchAck``.
 /// - Every request carries `Authorization: Bearer <token>`.
 ///
@@ -61,43 +62,56 @@ public struct HTTPSyncTransport: SyncTransport {
     }
 
     /// Pulls every change since `anchor` (`nil`: a snapshot of every table), page by page, as one
-    /// delta.
+    /// delta. (`sync` merges page by page instead: ``pullPage(_:)``.)
     ///
     /// - Throws: ``ResetRequired``, or `StrataError` as described on the type;
     ///   `StrataError` `invalidOperation`, before any request, when ``pageSize`` or ``maxPages``
     ///   is below 1.
     /// - Complexity: one request per `pageSize` rows.
     public func pull(since anchor: String?) async throws -> ServerDelta {
+        var combined: ServerDelta?
+        var cursor = PullCursor(since: anchor)
+        for _ in 0..<max(maxPages, 1) {
+            let page = try await pullPage(cursor)
+            combined = combined.map { Self.append(page.delta, to: $0) } ?? page.delta
+            guard let next = page.next else { return combined! }
+            cursor = next
+        }
+        throw StrataError(.io, "the pull from \(server) needs more than \(maxPages) pages of \(pageSize) rows; raise maxPages or pageSize")
+    }
+
+    /// Fetches one page of changes (`GET /v1/changes`) and the cursor of the next.
+    ///
+    /// - Throws: ``ResetRequired``, or `StrataError` as described on the type;
+    ///   `StrataError` `invalidOperation`, before any request, when ``pageSize`` or ``maxPages``
+    ///   is below 1.
+    /// - Complexity: one request of up to `pageSize` rows.
+    public func pullPage(_ cursor: PullCursor) async throws -> PulledPage {
         guard pageSize > 0, maxPages > 0 else {
             throw StrataError(.invalidOperation, "HTTPSyncTransport was made with pageSize \(pageSize) and maxPages \(maxPages); both must be 1 or more")
         }
-        var combined: ServerDelta?
-        var query: [URLQueryItem] = anchor.map { [URLQueryItem(name: "since", value: $0)] } ?? []
-        for _ in 0..<maxPages {
-            let (data, headers) = try await send("GET", "v1/changes", query: query + [URLQueryItem(name: "limit", value: String(pageSize))])
-            let page: ServerDelta
-            do { page = try WireFormat.decode(ServerDelta.self, from: data) } catch {
-                throw StrataError(.malformedInput, "the sync server's changes are not a valid delta: \(error.message)", cause: error)
-            }
-            combined = combined.map { Self.append(page, to: $0) } ?? page
-            guard headers["Strata-More"] == "true" else { return combined! }
-            guard let until = headers["Strata-Until"] else {
-                throw StrataError(.malformedInput, "the sync server says more changes follow but not up to which version (Strata-Until)")
-            }
-            if anchor != nil {
-                query = [URLQueryItem(name: "since", value: page.anchor), URLQueryItem(name: "until", value: until)]
-            } else if let cursor = headers["Strata-After"] {
-                // Opaque, and ASCII: sent back as it came.
-                query = [URLQueryItem(name: "until", value: until), URLQueryItem(name: "after", value: cursor)]
-            } else {
-                // A server from before `Strata-After`: the last row's table and key, raw.
-                guard let t = headers["Strata-After-Table"], let k = headers["Strata-After-Key"] else {
-                    throw StrataError(.malformedInput, "the sync server says more snapshot pages follow but not where they start")
-                }
-                query = [URLQueryItem(name: "until", value: until), URLQueryItem(name: "afterTable", value: t), URLQueryItem(name: "afterKey", value: k)]
-            }
+        var query: [URLQueryItem] = []
+        if let since = cursor.since { query.append(URLQueryItem(name: "since", value: cursor.after ?? since)) }
+        if let until = cursor.until { query.append(URLQueryItem(name: "until", value: until)) }
+        if cursor.isSnapshot, let after = cursor.after { query.append(URLQueryItem(name: "after", value: after)) }
+        query.append(URLQueryItem(name: "limit", value: String(pageSize)))
+        let (data, headers) = try await send("GET", "v1/changes", query: query)
+        let page: ServerDelta
+        do { page = try WireFormat.decode(ServerDelta.self, from: data) } catch {
+            throw StrataError(.malformedInput, "the sync server's changes are not a valid delta: \(error.message)", cause: error)
         }
-        throw StrataError(.io, "the pull from \(server) needs more than \(maxPages) pages of \(pageSize) rows; raise maxPages or pageSize")
+        guard headers["Strata-More"] == "true" else { return PulledPage(delta: page, next: nil) }
+        guard let until = headers["Strata-Until"] else {
+            throw StrataError(.malformedInput, "the sync server says more changes follow but not up to which version (Strata-Until)")
+        }
+        if !cursor.isSnapshot {
+            return PulledPage(delta: page, next: PullCursor(since: cursor.since, until: until, after: page.anchor))
+        }
+        // Opaque, and ASCII: sent back as it came.
+        guard let after = headers["Strata-After"] else {
+            throw StrataError(.malformedInput, "the sync server says more snapshot pages follow but not where they start (Strata-After)")
+        }
+        return PulledPage(delta: page, next: PullCursor(since: nil, until: until, after: after))
     }
 
     /// Appends a later page: its rows after the earlier pages' rows, table by table, and its

@@ -6,6 +6,10 @@ import Strata
 public protocol SyncTransport: Sendable {
     /// The changes since `anchor` (`nil`: everything).
     func pull(since anchor: String?) async throws -> ServerDelta
+    /// One page of a pull, and the cursor of the next: `sync` merges each page as it arrives, in
+    /// its own transaction, so that memory is bounded by a page and a sync that stops resumes at
+    /// the next page. The default answers the whole ``pull(since:)`` as one page.
+    func pullPage(_ cursor: PullCursor) async throws -> PulledPage
     /// Uploads a batch and returns the server's answer. A batch may arrive more than once (after
     /// a lost response); the server recognises it by its id.
     func push(_ batch: Batch) async throws -> BatchAck
@@ -279,14 +283,13 @@ extension SyncClient {
 
         if report.reset == nil {
             progress?(SyncProgress(phase: .pull, status: .inProgress))
-            let anchor = try self.anchor()
-            if let delta = try await resettingIfAsked({ try await attempt(.pull) { try await transport.pull(since: anchor) } }) {
+            // Page by page, each merged as it arrives (`SyncClient+Pull.swift`).
+            let merged = try await resettingIfAsked {
+                try await pullAndMerge(transport, fetch: { cursor in try await attempt(.pull) { try await transport.pullPage(cursor) } }, progress: progress)
+            }
+            if let merged {
                 progress?(SyncProgress(phase: .pull, status: .ok))
-                var counts: [String: Int] = [:]
-                for t in delta.tables { counts[t.table, default: 0] += t.upserts.count + t.deletes.count }
-                progress?(SyncProgress(phase: .merge, status: .inProgress, total: counts))
-                report.merge = try merge(delta)
-                progress?(SyncProgress(phase: .merge, status: .ok, total: counts, processed: counts))
+                report.merge = merged
             }
         }
 

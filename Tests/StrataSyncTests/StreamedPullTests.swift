@@ -1,0 +1,179 @@
+import Foundation
+import Strata
+import StrataSync
+import StrataWorkload
+import Synchronization
+import Testing
+
+/// A transport that serves a delta page by page, as `strata-server` does: an incremental delta
+/// in pages that each continue from the last (anchors `p1`, `p2`, …), a snapshot in pages of one
+/// snapshot. It counts the pages it serves, and can fail from a page on (a sync killed there).
+final class PagingTransport: SyncTransport {
+    let delta: ServerDelta
+    let pageSize: Int
+    /// Pages served so far.
+    let served = Atomic<Int>(0)
+    /// From this page number on (0-based), every fetch fails with `io`.
+    let failFrom: Int?
+
+    init(_ delta: ServerDelta, pageSize: Int, failFrom: Int? = nil) {
+        self.delta = delta
+        self.pageSize = pageSize
+        self.failFrom = failFrom
+    }
+
+    /// The rows in order: (table, an upsert or a delete).
+    private var rows: [(String, ServerRow?, RowKey?)] {
+        delta.tables.flatMap { t in t.upserts.map { (t.table, $0, nil) } + t.deletes.map { (t.table, nil, $0) } }
+    }
+
+    var pageCount: Int { max(1, (rows.count + pageSize - 1) / pageSize) }
+
+    func pull(since anchor: String?) async throws -> ServerDelta { delta }
+
+    func push(_ batch: Batch) async throws -> BatchAck {
+        BatchAck(batchID: batch.id, results: batch.changes.map { .ok($0.table, $0.key) })
+    }
+
+    func pullPage(_ cursor: PullCursor) async throws -> PulledPage {
+        // A store already at the delta's anchor gets an empty page.
+        if cursor.since == delta.anchor { return PulledPage(delta: ServerDelta(since: delta.anchor, anchor: delta.anchor, tables: []), next: nil) }
+        let index = cursor.until == nil ? 0 : Int(cursor.after!)!
+        if let failFrom, index >= failFrom { throw StrataError(.io, "the network is gone (page \(index))") }
+        served.add(1, ordering: .relaxed)
+        let all = rows
+        let slice = all[min(index * pageSize, all.count)..<min((index + 1) * pageSize, all.count)]
+        var tables: [TableDelta] = []
+        for (table, upsert, delete) in slice {
+            if tables.last?.table != table { tables.append(TableDelta(table)) }
+            if let upsert { tables[tables.count - 1].upserts.append(upsert) }
+            if let delete { tables[tables.count - 1].deletes.append(delete) }
+        }
+        let last = index + 1 >= pageCount
+        var page = delta
+        page.tables = tables
+        if delta.mode == .incremental {
+            page.since = index == 0 ? delta.since : "p\(index)"
+            page.anchor = last ? delta.anchor : "p\(index + 1)"
+        }
+        let next = last ? nil : PullCursor(since: cursor.since, until: "u", after: String(index + 1))
+        return PulledPage(delta: page, next: next)
+    }
+}
+
+@Suite struct StreamedPullTests {
+    static let policies: [ConflictPolicy] = [.serverWins, .clientWins, .deferred, .lastWriterWins]
+
+    /// Local state to merge onto: rows 1…40 the server confirmed (merged from a delta with
+    /// anchor `a0`, or, before a snapshot, acknowledged with no anchor), then random local edits.
+    static func prepare(_ store: Store, _ random: inout SplitMix64, serverRows: Bool, anchored: Bool) throws {
+        if serverRows && anchored {
+            try SyncClient(store: store).merge(ServerDelta(anchor: "a0", tables: [
+                TableDelta("tasks", upserts: (1...40).map { ServerRow(["id": .int(Int64($0)), "title": .string("s\($0)")]) }),
+            ]))
+        } else if serverRows {
+            try store.write { tx in
+                for id in 1...40 {
+                    try tx.insert("tasks", ["id": .int(Int64(id)), "title": .string("s\(id)")])
+                    try tx.acknowledge("tasks", key: RowKey(.int(Int64(id))))
+                }
+            }
+        }
+        try store.write { tx in
+            for _ in 0..<random.below(30) {
+                let id = Int64(1 + random.below(60))
+                let row = try tx.snapshot.row("tasks", key: RowKey(.int(id)))
+                switch (row == nil, random.below(3)) {
+                case (true, _): try tx.insert("tasks", ["id": .int(id), "title": .string("local \(id)")])
+                case (false, 0): try tx.delete("tasks", key: RowKey(.int(id)))
+                default: try tx.update("tasks", key: RowKey(.int(id)), ["title": .string("edit \(id)"), "done": true])
+                }
+            }
+        }
+    }
+
+    static func delta(_ random: inout SplitMix64, snapshot: Bool) -> ServerDelta {
+        var upserts: [ServerRow] = []
+        var deletes: [RowKey] = []
+        for id in Set((0..<random.below(120)).map { _ in Int64(1 + random.below(80)) }).sorted() {
+            if !snapshot && random.below(5) == 0 {
+                deletes.append(RowKey(.int(id)))
+            } else {
+                upserts.append(ServerRow(["id": .int(id), "title": .string("server \(id) \(random.below(3))"), "priority": .int(Int64(random.below(3)))], timestamp: Date(timeIntervalSince1970: 1000)))
+            }
+        }
+        return snapshot
+            ? ServerDelta(anchor: "z", mode: .snapshot, tables: [TableDelta("tasks", upserts: upserts)])
+            : ServerDelta(since: "a0", anchor: "z", tables: [TableDelta("tasks", upserts: upserts, deletes: deletes)])
+    }
+
+    /// Rows and anchor: what must be equal after a streamed and a one-shot merge.
+    static func state(_ store: Store) throws -> [String] {
+        try store.read { snap in
+            try snap.rows("tasks", includingDeleted: true).map(\.description) + ["anchor \(String(describing: try snap.property(SyncClient.anchorProperty)))"]
+        }
+    }
+
+    /// A delta merged page by page (through `sync`) leaves the store as one merge of the whole
+    /// delta does: over page sizes, policies, pending local edits, incremental pulls and
+    /// snapshots (streamed when the store holds only local inserts, combined otherwise).
+    @Test func aStreamedMergeEqualsAOneShotMerge() async throws {
+        var random = SplitMix64(seed: testSeed("aStreamedMergeEqualsAOneShotMerge"))
+        for trial in 0..<60 {
+            let snapshot = random.below(2) == 0
+            let serverRows = !snapshot || random.below(3) == 0
+            let policy = Self.policies[random.below(Self.policies.count)]
+            let pageSize = 1 + random.below(25)
+            let delta = Self.delta(&random, snapshot: snapshot)
+            let seed = random.next()
+            try await withStoreAsync { streamed in
+                try await withStoreAsync { whole in
+                    var r1 = SplitMix64(seed: seed), r2 = SplitMix64(seed: seed)
+                    // A snapshot is what a store without an anchor pulls.
+                    try Self.prepare(streamed, &r1, serverRows: serverRows, anchored: !snapshot)
+                    try Self.prepare(whole, &r2, serverRows: serverRows, anchored: !snapshot)
+                    let transport = PagingTransport(delta, pageSize: pageSize)
+                    // Pushes nothing: only the pull and merge are compared.
+                    _ = try await SyncClient(store: streamed, policy: policy).sync(with: transport, maxBatchRows: 1)
+                    try SyncClient(store: whole, policy: policy).merge(delta)
+                    // `sync` also pushed: acknowledge the same on the other store.
+                    let other = SyncClient(store: whole, policy: policy)
+                    while let batch = try other.nextBatch(maxRows: 1) { try other.acknowledge(try await transport.push(batch)) }
+                    #expect(try Self.state(streamed) == Self.state(whole), "trial \(trial): snapshot \(snapshot), server rows \(serverRows), \(policy.kind), pages of \(pageSize)")
+                    #expect(transport.served.load(ordering: .relaxed) == transport.pageCount, "trial \(trial)")
+                }
+            }
+        }
+    }
+
+    /// A first sync that stops at a random page (the network gone, or the process killed: what
+    /// is merged is committed page by page) resumes at the next page: it fetches no page twice,
+    /// and the store ends as a sync that never stopped leaves it.
+    @Test func aFirstSyncThatStopsResumesAtTheNextPage() async throws {
+        var random = SplitMix64(seed: testSeed("aFirstSyncThatStopsResumesAtTheNextPage"))
+        for trial in 0..<30 {
+            let delta = Self.delta(&random, snapshot: true)
+            let pageSize = 1 + random.below(10)
+            let pages = PagingTransport(delta, pageSize: pageSize).pageCount
+            let stopAt = random.below(pages + 1)
+            try await withStoreAsync { store in
+                try await withStoreAsync { reference in
+                    let sync = SyncClient(store: store)
+                    let broken = PagingTransport(delta, pageSize: pageSize, failFrom: stopAt)
+                    if stopAt < pages {
+                        await #expect(throws: StrataError.self) { try await sync.sync(with: broken, maxAttempts: 1) }
+                        #expect(try sync.anchor() == nil, "trial \(trial): the anchor moves only with the last page")
+                    } else {
+                        _ = try await sync.sync(with: broken, maxAttempts: 1)
+                    }
+                    let healed = PagingTransport(delta, pageSize: pageSize)
+                    _ = try await sync.sync(with: healed)
+                    #expect(broken.served.load(ordering: .relaxed) + healed.served.load(ordering: .relaxed) == pages,
+                            "trial \(trial): \(pages) pages, stopped at \(stopAt), then \(healed.served.load(ordering: .relaxed)) fetched")
+                    _ = try await SyncClient(store: reference).sync(with: PagingTransport(delta, pageSize: pageSize))
+                    #expect(try Self.state(store) == Self.state(reference), "trial \(trial)")
+                }
+            }
+        }
+    }
+}
