@@ -89,9 +89,10 @@ struct JSONWriter {
     /// Writes a double as `JSONEncoder` does: `description` without a trailing `.0`.
     mutating func double(_ d: Double) throws(NonFinite) {
         guard d.isFinite else { throw NonFinite() }
-        // An integral double below 2^53 in magnitude is written as the integer (the
-        // description of 3.0 is "3.0", written "3"); -0.0 is "-0".
-        if d == d.rounded(.towardZero) && d.magnitude < 1e16 {
+        // An integral double below 2^53 in magnitude is written as the integer, without making
+        // a String (the description of 3.0 is "3.0", written "3"; from 2^53 on, `description`
+        // switches to an exponent: 9.999999999999998e+15); -0.0 is "-0".
+        if d == d.rounded(.towardZero) && d.magnitude < 0x1p53 {
             if d == 0 && d.sign == .minus { raw("-0"); return }
             int(Int64(d))
             return

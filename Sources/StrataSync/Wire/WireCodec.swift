@@ -260,7 +260,8 @@ extension WireCodec {
     }
 
     static func bool(_ r: inout JSONReader) throws(WireCodecError) -> Bool {
-        guard r.nextKind() == .bool else { throw mismatch(r, "Bool") }
+        // `JSONDecoder` reports a `null` bool as a mismatch, not as a missing value.
+        guard r.nextKind() == .bool else { throw r.nextKind() == .null ? WireCodecError("expected Bool") : mismatch(r, "Bool") }
         return try r.readBool()
     }
 
@@ -285,7 +286,10 @@ extension WireCodec {
         var out: [String: Value] = [:]
         guard try r.beginObject() else { return out }
         repeat {
-            let name = r.string(try r.readKey())
+            // Two statements: `r.string(try r.readKey())` would read the key from a copy of `r`
+            // taken before the key was read.
+            let key = try r.readKey()
+            let name = r.string(key)
             let v: Value
             do { v = try value(&r) } catch { throw error.at(.key(name)) }
             if out.updateValue(v, forKey: name) != nil { throw duplicate(name) }
