@@ -1,6 +1,6 @@
 import Foundation
 import Strata
-@testable import StrataSync
+import StrataSync
 import StrataWorkload
 import Testing
 
