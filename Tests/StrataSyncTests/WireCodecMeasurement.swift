@@ -49,6 +49,10 @@ struct WireCodecMeasurement {
             let s = Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
             print("WireCodecMeasurement: \(what): \(String(format: "%.1f", mb / s)) MB/s, \(String(format: "%.2f", s / Double(rows) * 1e6)) µs/row (\(String(format: "%.1f", s * 1000)) ms for \(rows) rows, \(data.count) bytes)")
         }
+        if ProcessInfo.processInfo.environment["STRATA_WIRE_MEASURE"] == "codec" {  // for a profiler
+            report("decode, codec", try Self.time(100) { _ = try WireFormat.decode(ServerDelta.self, from: data) })
+            return
+        }
         report("decode, codec", try Self.time(10) { _ = try WireFormat.decode(ServerDelta.self, from: data) })
         report("decode, codec from borrowed bytes", try Self.time(10) { _ = try data.withUnsafeBytes { try WireCodec.decodeServerDelta($0) } })
         report("decode, JSONDecoder", try Self.time(3) { _ = try WireFormat.decodeWithFoundation(ServerDelta.self, from: data) })

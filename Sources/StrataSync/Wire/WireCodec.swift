@@ -283,8 +283,8 @@ extension WireCodec {
     /// A field map; a name twice is refused (the `Codable` path keeps the first).
     static func fields(_ r: inout JSONReader) throws(WireCodecError) -> [String: Value] {
         guard r.nextKind() == .object else { throw mismatch(r, objectType) }
-        var out: [String: Value] = [:]
-        guard try r.beginObject() else { return out }
+        guard try r.beginObject() else { return [:] }
+        var out: [String: Value] = Dictionary(minimumCapacity: 8)
         repeat {
             // Two statements: `r.string(try r.readKey())` would read the key from a copy of `r`
             // taken before the key was read.
