@@ -164,14 +164,33 @@ extension Value: Codable {
         }
     }
 
+    /// The message for an object with none or several of the type keys (shared with the wire
+    /// codec, which refuses the same objects).
+    package static let oneKeyMessage = "a value is an object with exactly one of the keys bool, int, double, string, bytes, timestamp"
+
+    /// Any key of a value's object, to refuse those that name no type.
+    private struct AnyKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    /// Decodes `null` or a one-key object naming the type. A key that names no type is refused,
+    /// as the schema says (`additionalProperties: false`). An int written with a fraction or an
+    /// exponent (`{"int": 3.0}`) is accepted here when its value is an integer: `JSONDecoder`
+    /// does not show how a number was written. The wire codec refuses it.
     public init(from decoder: any Decoder) throws {
         if let single = try? decoder.singleValueContainer(), single.decodeNil() {
             self = .null
             return
         }
+        for k in try decoder.container(keyedBy: AnyKey.self).allKeys where CodingKeys(stringValue: k.stringValue) == nil {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath + [k], debugDescription: "unknown field '\(k.stringValue)'"))
+        }
         let c = try decoder.container(keyedBy: CodingKeys.self)
         guard let key = c.allKeys.first, c.allKeys.count == 1 else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "a value is an object with exactly one of the keys bool, int, double, string, bytes, timestamp"))
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: Self.oneKeyMessage))
         }
         switch key {
         case .bool: self = .bool(try c.decode(Bool.self, forKey: key))

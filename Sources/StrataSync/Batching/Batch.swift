@@ -70,12 +70,17 @@ public struct Batch: Sendable, Codable, Hashable {
         self.changes = changes
     }
 
+    /// Why a batch numbered 0 is refused (the schema's minimum is 1); the wire codec says the same.
+    static let numberMessage = "a batch number counts from 1"
+
+    /// Decodes a batch strictly: unknown fields and a batch number of 0 are refused.
     public init(from decoder: any Decoder) throws {
         try decoder.rejectUnknownFields(["id", "clientID", "number", "changes"])
         let c = try decoder.container(keyedBy: CodingKeys.self)
         id = try c.decode(String.self, forKey: .id)
         clientID = try c.decode(String.self, forKey: .clientID)
         number = try c.decode(UInt64.self, forKey: .number)
+        guard number >= 1 else { throw DecodingError.dataCorruptedError(forKey: .number, in: c, debugDescription: Self.numberMessage) }
         changes = try c.decode([RowChange].self, forKey: .changes)
     }
 }

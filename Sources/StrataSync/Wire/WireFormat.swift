@@ -3,7 +3,8 @@ import Strata
 
 /// The JSON wire format of deltas, batches and acknowledgements.
 ///
-/// Every type is `Codable`; the schema is `Sources/StrataSync/Wire/strata-wire.schema.json`, with
+/// Every type is `Codable`, and deltas, batches and acknowledgements also have a purpose-built
+/// codec (`WireCodec`) that reads and writes them straight from and to bytes; the schema is `Sources/StrataSync/Wire/strata-wire.schema.json`, with
 /// examples beside it. Values are JSON `null` or an object naming their type:
 /// `{"int": 3}`, `{"double": 2.5}`, `{"string": "x"}`, `{"bool": true}`,
 /// `{"bytes": "<base64>"}`, `{"timestamp": <seconds since 1970>}` — exact, with no guessing
@@ -19,17 +20,39 @@ public enum WireFormat {
         return e
     }()
 
-    /// Encodes a payload.
+    /// Encodes a payload, as ``encoder`` does.
+    ///
+    /// Deltas, batches and acknowledgements (and field maps, keys and values) are written by the
+    /// wire codec, whose bytes equal the encoder's; other types go through ``encoder``.
+    ///
+    /// - Complexity: O(*n*) in the size of the payload, plus sorting each field map's names.
     public static func encode(_ value: some Encodable) throws(StrataError) -> Data {
+        if let data = WireCodec.encode(value) { return data }
+        return try encodeWithFoundation(value)
+    }
+
+    /// Decodes a payload strictly.
+    ///
+    /// Deltas, batches and acknowledgements (and field maps, keys and values) are read by the wire
+    /// codec, straight from the bytes; other types go through `JSONDecoder`.
+    ///
+    /// - Throws: `StrataError` `malformedInput`, naming the path of the offending field.
+    /// - Complexity: O(*n*) in the length of `data`.
+    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws(StrataError) -> T {
+        if let value = try WireCodec.decode(T.self, from: data) { return value }
+        return try decodeWithFoundation(T.self, from: data)
+    }
+
+    /// Encodes with ``encoder``: the `Codable` path, and the reference the codec is tested against.
+    package static func encodeWithFoundation(_ value: some Encodable) throws(StrataError) -> Data {
         return try strataErrors {
             try encoder.encode(value)
         }
     }
 
-    /// Decodes a payload strictly.
-    ///
-    /// - Throws: `StrataError` `malformedInput`, naming the path of the offending field.
-    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws(StrataError) -> T {
+    /// Decodes with `JSONDecoder` and the `Codable` conformances: the reference the codec is
+    /// tested against, and the path of every type the codec does not handle.
+    package static func decodeWithFoundation<T: Decodable>(_ type: T.Type, from data: Data) throws(StrataError) -> T {
         do {
             return try JSONDecoder().decode(T.self, from: data)
         } catch let e as DecodingError {
