@@ -9,6 +9,7 @@ let package = Package(
     products: [
         .executable(name: "strata-server", targets: ["strata-server"]),
         .executable(name: "strata-server-load", targets: ["strata-server-load"]),
+        .executable(name: "strata-sync-bench", targets: ["strata-sync-bench"]),
     ],
     dependencies: [
         // Named, because a path dependency is otherwise known by its folder name, which differs per checkout.
@@ -30,10 +31,24 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // What the benchmarks share: starting the server, reading processes' CPU time.
+        .target(name: "BenchSupport"),
         // The load benchmark: many HTTP clients pushing and pulling (a benchmark, not a test).
         .executableTarget(
             name: "strata-server-load",
             dependencies: [
+                "BenchSupport",
+                .product(name: "StrataSync", package: "Strata"),
+                .product(name: "Strata", package: "Strata"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        // The first-sync benchmark: a new store syncing N rows from the server, with the limits
+        // (PostgreSQL alone, the server alone, the merge alone) measured in the same run.
+        .executableTarget(
+            name: "strata-sync-bench",
+            dependencies: [
+                "BenchSupport",
                 .product(name: "StrataSync", package: "Strata"),
                 .product(name: "Strata", package: "Strata"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

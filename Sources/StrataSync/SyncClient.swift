@@ -225,7 +225,11 @@ public final class SyncClient: Sendable {
                 // The merge on the stored record writes nothing for a row that names a field the
                 // table lacks (and resolves every name before it looks at a value), so the check
                 // below still comes first for such a row.
-                if mergesOnRecords, try mergeOnRecord(row, table: delta.table, key: key, anchor: anchor, policy: policy, tx: tx, order: &order, report: &report) { continue }
+                // A row new to the device goes this way too, unless a batch in flight inserts
+                // rows: the field-by-field merge notes what comes under their keys.
+                if mergesOnRecords, try mergeOnRecord(
+                    row, table: delta.table, key: key, anchor: anchor, policy: policy, newRows: notes.carried.isEmpty, tx: tx, order: &order, report: &report
+                ) { continue }
                 if schema.mode == .fixed {
                     for name in row.fields.keys where !keyFields.contains(name) && schema.field(name) == nil {
                         throw StrataError(.fieldNotFound, "\(context(key)) sets field '\(name)', which the table does not have")
@@ -295,10 +299,11 @@ public final class SyncClient: Sendable {
     /// the stored record by `Transaction.mergeServerValues`, with one read and one write and
     /// no `Row`, `RowState` or dictionaries. The decisions are `MergeRules.onRecord`'s, the same
     /// rules as the field-by-field merge. Returns `false` (nothing written) when the row is
-    /// absent, a local insert or delete, conflicted, or meets a conflict its policy decides by
+    /// absent (unless `newRows`, when the row names every declared field), a local insert or
+    /// delete, conflicted, or meets a conflict its policy decides by
     /// looking at it: the caller merges it field by field.
     private func mergeOnRecord(
-        _ row: ServerRow, table: String, key: RowKey, anchor: String, policy: ConflictPolicy, tx: Transaction,
+        _ row: ServerRow, table: String, key: RowKey, anchor: String, policy: ConflictPolicy, newRows: Bool, tx: Transaction,
         order: inout [Int], report: inout MergeReport
     ) throws -> Bool {
         let resolution = MergeRules.fixedResolution(policy)
@@ -327,7 +332,7 @@ public final class SyncClient: Sendable {
             }
             report.record(order.lazy.map(outcome), conflict: conflict)
         }
-        let result = try tx.mergeServerValues(table, key: key, row.fields, kind: .serverChange) {
+        let result = try tx.mergeServerValues(table, key: key, row.fields, kind: .serverChange, newRows: newRows) {
             MergeRules.onRecord($0, resolution: resolution)
         } annotation: { values in
             decide(values.decisions)

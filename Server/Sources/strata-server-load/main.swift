@@ -1,4 +1,5 @@
 import ArgumentParser
+import BenchSupport
 import Foundation
 import Strata
 import StrataSync
@@ -149,69 +150,3 @@ struct LoadCommand: AsyncParsableCommand {
     }
 }
 
-/// The `strata-server` under load.
-final class Server: @unchecked Sendable {   // set up in init, then only read
-    let binary: String
-    let process = Process()
-    var url: URL
-
-    init(binary: String, databaseURL: String, tables: String) throws {
-        self.binary = binary
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["--database-url", databaseURL, "--tables", tables, "--port", "0"]
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        var seen = ""
-        url = URL(string: "http://127.0.0.1")!
-        while true {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { throw ValidationError("strata-server did not start: \(seen)") }
-            seen += String(decoding: chunk, as: UTF8.self)
-            if let r = seen.range(of: "listening on "), let line = seen[r.upperBound...].split(separator: "\n").first, let u = URL(string: String(line)) {
-                url = u
-                break
-            }
-        }
-    }
-
-    func stop() { process.terminate(); process.waitUntilExit() }
-
-    /// User plus system CPU seconds of a process, from /proc.
-    static func cpuSeconds(pid: Int32) -> Double {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return 0 }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        // After the command: state is field 3, utime 14 and stime 15 (1-based, man 5 proc).
-        guard fields.count > 12, let u = Double(fields[11]), let s = Double(fields[12]) else { return 0 }
-        return (u + s) / Double(sysconf(Int32(_SC_CLK_TCK)))
-    }
-
-    func cpuSeconds() -> Double { Self.cpuSeconds(pid: process.processIdentifier) }
-
-    /// CPU seconds of every postgres process (backends come and go; this counts the live ones).
-    static func postgresCPUSeconds() -> Double {
-        let pids = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap(Int32.init)
-        return pids.reduce(0) { sum, pid in
-            let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) ?? ""
-            return comm.hasPrefix("postgres") ? sum + cpuSeconds(pid: pid) : sum
-        }
-    }
-
-    static func ownCPUSeconds() -> Double { cpuSeconds(pid: getpid()) }
-
-    /// Runs a program; returns its standard output, or throws with its standard error.
-    static func run(_ path: String, _ args: [String]) throws -> String {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: path)
-        p.arguments = args
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else { throw ValidationError("\(path) failed: \(String(decoding: e, as: UTF8.self))") }
-        return String(decoding: o, as: UTF8.self)
-    }
-}

@@ -197,4 +197,31 @@ struct RowRuleTests {
             #expect((result.status == .ok) == stored, "\(change.table) \(change.key.values[0].stringValue?.utf8.count ?? 0) bytes, \(change.values.keys.sorted()): server \(result.status), client \(stored ? "stores it" : "refuses it")")
         }
     }
+
+    /// Decoding is strict as the wire format's schema says (the codec of `WireFormat`): an int
+    /// written with a fraction, a key given twice, batch number 0 and a leading byte-order mark
+    /// are each a 400 that names what was wrong, and nothing is written.
+    @Test func whatTheSchemaForbidsIsRefused() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
+        let token = try db.token(for: "c")
+        let insert = #"{"table":"tasks","key":[{"int":3}],"kind":"insert","values":{"id":{"int":3},"title":{"string":"t"}}}"#
+        let cases: [(String, Data, String)] = [
+            ("an int with a fraction", Data(#"{"id":"c-1","clientID":"c","number":1,"changes":[{"table":"tasks","key":[{"int":3.0}],"kind":"insert","values":{"id":{"int":3},"title":{"string":"t"}}}]}"#.utf8), "changes[0].key[0].int"),
+            ("a key given twice", Data(#"{"id":"c-1","clientID":"c","number":1,"number":1,"changes":[\#(insert)]}"#.utf8), "duplicate key 'number'"),
+            ("a field given twice", Data(#"{"id":"c-1","clientID":"c","number":1,"changes":[{"table":"tasks","key":[{"int":3}],"kind":"insert","values":{"id":{"int":3},"title":{"string":"t"},"title":{"string":"u"}}}]}"#.utf8), "duplicate key 'title'"),
+            ("batch number 0", Data(#"{"id":"c-0","clientID":"c","number":0,"changes":[\#(insert)]}"#.utf8), "number"),
+            ("a byte-order mark", Data([0xEF, 0xBB, 0xBF]) + Data(#"{"id":"c-1","clientID":"c","number":1,"changes":[\#(insert)]}"#.utf8), "byte-order mark"),
+        ]
+        let before = try db.state()
+        for (what, body, words) in cases {
+            let r = try await request("POST", server.url.appendingPathComponent("v1/batches"), token: token, body: body)
+            #expect(r.status == 400 && r.body.contains(words), "\(what): \(r.status) \(r.body)")
+        }
+        #expect(try db.state() == before)
+        // The same batch, well formed, is taken.
+        let r = try await request("POST", server.url.appendingPathComponent("v1/batches"), token: token, body: Data(#"{"id":"c-1","clientID":"c","number":1,"changes":[\#(insert)]}"#.utf8))
+        #expect(r.status == 200 && r.body.contains(#""status":"ok""#), "\(r.body)")
+    }
 }

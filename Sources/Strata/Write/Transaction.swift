@@ -338,6 +338,8 @@ public final class Transaction {
         package let serverChanged: Bool
         /// The server's value equals the current value.
         package let serverIsLocal: Bool
+        /// The store holds no row under the key: the server's row is new to the device.
+        package var isNewRow = false
     }
 
     /// One field the caller's decision asked to record, with the caller's tag.
@@ -390,7 +392,10 @@ public final class Transaction {
 
     /// Merges values the server sent into a live server row (not inserted, deleted or
     /// conflicted; its fields may be pending) on the stored record, in one operation of origin
-    /// `server`, without building a ``Row`` or a ``RowState``.
+    /// `server`, without building a ``Row`` or a ``RowState``. With `newRows`, a key the store
+    /// holds no row under takes the same path (its sides say ``ServerFieldSides/isNewRow``),
+    /// when the values name every declared field: one the server leaves out takes its default,
+    /// which the caller fills in.
     ///
     /// This is the common case of merging a server delta, done with one read and one write.
     /// The merge rules stay with the caller: `decide` is called once per field the server sent
@@ -408,19 +413,21 @@ public final class Transaction {
     ///   named-view entry over LMDB's key limit); whatever `annotation` throws. On a throw
     ///   nothing is written.
     package func mergeServerValues(
-        _ table: String, key: RowKey, _ values: [String: Value], kind: LogEntry.Kind,
+        _ table: String, key: RowKey, _ values: [String: Value], kind: LogEntry.Kind, newRows: Bool = false,
         decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
         annotation: (ServerFieldValues) throws -> [UInt8]
     ) throws -> ServerMergeResult {
         let t = try self.table(named: table)
         try encodeKey(key, t)
-        guard let stored = try storedRow() else { return .needsMerge }
-        let old = stored.bytes
-        guard stored.flags.isEmpty else { return .needsMerge }
+        let stored = try storedRow()
+        guard stored != nil || newRows else { return .needsMerge }
+        let isNewRow = stored == nil
+        let old = stored?.bytes ?? UnsafeRawBufferPointer(start: nil, count: 0)
+        guard stored?.flags.isEmpty ?? true else { return .needsMerge }
         // A row with pending fields admits a null for a required field (it may stay an
         // original); whether the field ends up null is checked below, after the decisions.
         var hasPending = false
-        var scan = stored.entries
+        var scan = stored?.entries ?? ByteReader(old)
         while let x = try scan.nextEntry() {
             if x.isConflict { return .needsMerge }
             if x.isDirty { hasPending = true }
@@ -433,6 +440,11 @@ public final class Transaction {
         for name in values.keys {
             guard let id = t.fieldID(name) else { return .needsMerge }
             fieldIDs.append(id)
+        }
+        if isNewRow {
+            for (id, def) in t.definitions.enumerated() where def != nil && !t.isKeyField(id) && !t.dropped.contains(id) {
+                if !fieldIDs.contains(id) { return .needsMerge }
+            }
         }
         // A dictionary not changed in between iterates in the same order.
         for (i, (name, value)) in values.enumerated() {
@@ -451,8 +463,9 @@ public final class Transaction {
         // context). Only declared fields (ids below `definitions.count`) can be required.
         valued.removeAll(keepingCapacity: true)
         valued.append(contentsOf: repeatElement(false, count: t.definitions.count))
-        var changed = false
-        var r = stored.entries
+        // A new row comes into being, whatever its fields hold.
+        var changed = isNewRow
+        var r = stored?.entries ?? ByteReader(old)
         var e = try r.nextEntry()
         var i = 0
         while e != nil || i < newValues.count {
@@ -472,7 +485,9 @@ public final class Transaction {
             let local = stored.map { UnsafeRawBufferPointer(rebasing: old[$0.current]) } ?? EditRules.null
             let sides = valBuf.withUnsafeBytes { v in
                 let server = UnsafeRawBufferPointer(rebasing: v[n.range])
-                return ServerFieldSides(localChanged: stored?.isDirty ?? false, serverChanged: !EditRules.same(server, base), serverIsLocal: EditRules.same(server, local))
+                var sides = ServerFieldSides(localChanged: stored?.isDirty ?? false, serverChanged: !EditRules.same(server, base), serverIsLocal: EditRules.same(server, local))
+                sides.isNewRow = isNewRow
+                return sides
             }
             guard let decision = decide(sides) else { return .needsMerge }
             let tag = decision.tag

@@ -128,8 +128,12 @@ enum MergeRules {
     /// `Transaction.mergeServerValues` and the outcome to record (as its raw value; 0 for none).
     /// `nil` for a conflict that `resolution` (the policy's fixed one) cannot settle without
     /// looking at it: the caller then merges the row as a `RowState`.
+    /// A row new to the device takes every field the server sends, each recorded as taken (null
+    /// ones too), as ``merge(table:key:local:server:serverTimestamp:localTimestamp:policy:)``
+    /// does for a row with no local state.
     static func onRecord(_ sides: Transaction.ServerFieldSides, resolution: Resolution?) -> (action: Transaction.ServerFieldAction, tag: UInt8)? {
-        switch field(localChanged: sides.localChanged, serverChanged: sides.serverChanged, serverIsLocal: sides.serverIsLocal) {
+        if sides.isNewRow { return (.takeServer, FieldDecision.Outcome.takeServer.rawValue) }
+        return switch field(localChanged: sides.localChanged, serverChanged: sides.serverChanged, serverIsLocal: sides.serverIsLocal) {
         case .unchanged: (.keep, 0)
         case .takeServer: (.takeServer, FieldDecision.Outcome.takeServer.rawValue)
         case .keepLocal: (.keep, FieldDecision.Outcome.keepLocal.rawValue)
