@@ -169,23 +169,21 @@ struct Database: Sendable {
         let until = try until.map { try version($0, "until") } ?? upper
         guard until <= upper else { throw RequestError.bad("'until' \(until) is ahead of the server (\(upper))") }
 
-        var byTable: [String: TableDelta] = [:]
-        var page = Page(delta: ServerDelta(anchor: String(until), tables: []), until: until)
+        // The page is written from the stored JSON of each row, its values never decoded
+        // (`DeltaPageWriter`).
+        var writer = DeltaPageWriter(tables: tables.tables.map { t in
+            DeltaPageWriter.Table(name: t.name, keyFields: t.primaryKey,
+                                  fields: t.isPropertyBag ? [] : t.fields.map(\.name).filter { !t.primaryKey.contains($0) })
+        })
+        let index = Dictionary(tables.tables.enumerated().map { ($1.name, $0) }) { a, _ in a }
+        var page = Page(body: [], until: until)
         func add(_ tbl: String, _ keyText: String, _ fieldsText: String, _ deleted: Bool, _ version: Int64, _ stamp: Double) throws {
-            guard let table = tables[tbl] else { return }   // a table since dropped from the tables file
-            let key = try WireFormat.decode([Value].self, from: Data(keyText.utf8))
-            // Appended in place: taking the delta out of the dictionary and putting it back
-            // copied its arrays for every row, quadratic in the page (the server's whole CPU
-            // under load, before).
+            // A table since dropped from the tables file is not served. (Names compare by bytes.)
+            guard let i = index[tbl], tables.tables[i].name.utf8.elementsEqual(tbl.utf8) else { return }
             if deleted {
-                byTable[tbl, default: TableDelta(tbl)].deletes.append(RowKey(key))
+                try writer.delete(table: i, key: keyText)
             } else {
-                var fields = try WireFormat.decode([String: Value].self, from: Data(fieldsText.utf8))
-                // Complete rows: a field without a value is listed as null, since a field left
-                // out of an upsert means "unchanged".
-                if !table.isPropertyBag { for f in table.fields where fields[f.name] == nil { fields[f.name] = .null } }
-                for (k, v) in zip(table.primaryKey, key) { fields[k] = v }
-                byTable[tbl, default: TableDelta(tbl)].upserts.append(ServerRow(fields, version: String(version), timestamp: Date(timeIntervalSince1970: stamp)))
+                try writer.upsert(table: i, key: keyText, fields: fieldsText, version: version, timestamp: stamp)
             }
         }
 
@@ -202,14 +200,15 @@ struct Database: Sendable {
                 WHERE version > \(after) AND version <= \(until) ORDER BY version LIMIT \(limit + 1)
                 """, logger: logger)
             var count = 0
+            var anchor = String(until)
             for try await (tbl, key, fields, deleted, version, stamp) in rows.decode((String, String, String, Bool, Int64, Double).self) {
                 count += 1
                 if count > limit { page.more = true; continue }
-                page.delta.anchor = String(version)
+                anchor = String(version)
                 try add(tbl, key, fields, deleted, version, stamp)
             }
-            if !page.more { page.delta.anchor = String(until) }
-            page.delta.since = since
+            if !page.more { anchor = String(until) }
+            page.body = writer.finish(since: since, anchor: anchor, mode: .incremental)
         } else {
             let (t, k) = after ?? ("", "")
             let rows = try await c.query("""
@@ -223,17 +222,16 @@ struct Database: Sendable {
                 page.after = (tbl, key)
                 try add(tbl, key, fields, deleted, version, stamp)
             }
-            page.delta.mode = .snapshot
             // A snapshot lists every table, so that a client deletes rows of a table now empty.
-            for t in tables.tables where byTable[t.name] == nil { byTable[t.name] = TableDelta(t.name) }
+            page.body = writer.finish(since: nil, anchor: String(until), mode: .snapshot, listingEveryTable: true)
         }
-        page.delta.tables = tables.tables.compactMap { byTable[$0.name] }
         return page
     }
 
     /// A page of ``changes(since:until:after:limit:)``.
     struct Page {
-        var delta: ServerDelta
+        /// The page: a `ServerDelta` in the wire format.
+        var body: [UInt8]
         var until: Int64
         var more = false
         /// The last row of a snapshot page, where the next page starts.

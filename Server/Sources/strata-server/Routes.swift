@@ -63,7 +63,7 @@ struct Routes: Sendable {
             after = (String(t), String(k))
         }
         let page = try await db.changes(since: since, until: q["until"].map(String.init), after: after, limit: limit)
-        var response = json(200, try WireFormat.encode(page.delta))
+        var response = json(200, Data(page.body))
         response.headers[Self.more] = page.more ? "true" : "false"
         response.headers[Self.until] = String(page.until)
         if page.more, let (t, k) = page.after {

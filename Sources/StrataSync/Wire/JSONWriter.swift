@@ -20,6 +20,9 @@ struct JSONWriter {
     @inline(__always)
     mutating func byte(_ b: UInt8) { bytes.append(b) }
 
+    /// Appends bytes that already are JSON, as they are.
+    mutating func append(_ raw: UnsafeRawBufferPointer) { bytes.append(contentsOf: raw) }
+
     /// Writes ASCII text as it is: punctuation and keys that need no escaping.
     @inline(__always)
     mutating func raw(_ text: StaticString) {
