@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Logging
 import PostgresNIO
@@ -27,14 +28,11 @@ extension Database {
         }
         // The payload as the wire format writes it (sorted keys: equal batches, equal bytes),
         // whatever bytes the client sent; its digest is what a repeat of the id is matched on.
-        let payload = String(decoding: try WireFormat.encode(batch), as: UTF8.self)
+        // Hex, lowercase: as PostgreSQL's encode(sha256(…), 'hex') wrote the digests stored before.
+        let digest = SHA256.hash(data: try WireFormat.encode(batch)).map { String(format: "%02x", $0) }.joined()
         // A batch applied before is answered before its rows are checked: the tables file may
         // have changed since, and the answer must not.
-        let (digest, stored) = try await client.withConnection { c in
-            let digest = try await c.query("SELECT encode(sha256(convert_to(\(payload), 'UTF8')), 'hex')", logger: logger)
-                .collect()[0].decode(String.self)
-            return (digest, try await storedAnswer(batch, digest: digest, on: c))
-        }
+        let stored = try await client.withConnection { c in try await storedAnswer(batch, digest: digest, on: c) }
         if let stored { return stored }
         let changes = normalize(batch)
         // A deadlock (two batches locking the same rows in another order) or a serialization

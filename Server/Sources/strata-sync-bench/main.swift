@@ -36,7 +36,7 @@ struct Phone: AsyncParsableCommand {
     @Option var token: String
     @Option var otherToken: String
     @Option var store: String
-    @Option var pageSize = 1000
+    @Option var pageSize = HTTPSyncTransport.defaultPageSize
     @Option var tables: String
 
     struct Result: Codable {
@@ -86,11 +86,17 @@ enum TableFile {
     }
 }
 
-/// A child process's outcome: exit status, wall seconds, peak resident memory and CPU seconds.
+/// A child process's outcome: exit status, wall seconds, peak resident memory, peak anonymous
+/// memory and CPU seconds.
+///
+/// Resident memory counts the pages of the store's file that LMDB's map has touched: clean file
+/// pages, which the kernel drops under pressure (and which iOS does not count against an app's
+/// memory limit). Anonymous memory is the process's own heap and stacks: what a phone must hold.
 struct Child {
     var status: Int32
     var seconds: Double
     var maxRSSMiB: Double
+    var maxAnonMiB: Double = 0
     var cpuSeconds: Double
 
     /// Starts `path` with `arguments`, its standard output to `stdout` (a file) and standard
@@ -109,13 +115,38 @@ struct Child {
         return pid
     }
 
-    /// Waits for `pid`, started at `start`.
+    /// Waits for `pid`, started at `start`, sampling its anonymous memory every 10 ms meanwhile.
     static func wait(_ pid: pid_t, since start: ContinuousClock.Instant) -> Child {
+        let peak = AnonPeak()
+        let sampler = Thread {
+            // /proc/<pid>/status lasts until the process is reaped: a zombie shows no RssAnon.
+            while let kib = anonKiB(pid) {
+                peak.update(kib)
+                usleep(10_000)
+            }
+        }
+        sampler.start()
         var status: Int32 = 0
         var usage = rusage()
         _ = wait4(pid, &status, 0, &usage)
         let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
-        return Child(status: status, seconds: (ContinuousClock.now - start) / .seconds(1), maxRSSMiB: Double(usage.ru_maxrss) / 1024, cpuSeconds: cpu)
+        return Child(status: status, seconds: (ContinuousClock.now - start) / .seconds(1), maxRSSMiB: Double(usage.ru_maxrss) / 1024,
+                     maxAnonMiB: Double(peak.value) / 1024, cpuSeconds: cpu)
+    }
+
+    /// The `RssAnon` of a live process, in KiB.
+    static func anonKiB(_ pid: pid_t) -> Int? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("RssAnon:") }) else { return nil }
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+    }
+
+    /// The highest sample seen, shared with the sampling thread.
+    final class AnonPeak: @unchecked Sendable {   // `kib` is behind the lock
+        private let lock = NSLock()
+        private var kib = 0
+        func update(_ v: Int) { lock.withLock { kib = max(kib, v) } }
+        var value: Int { lock.withLock { kib } }
     }
 
     static func run(_ path: String, _ arguments: [String], stdout: String = "/dev/null") throws -> Child {
@@ -128,15 +159,15 @@ struct Run: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "run", abstract: "Run the benchmark (the default).")
     @Option(help: "PostgreSQL URL; the benchmark makes its own database beside the one named.") var databaseURL = "postgres://postgres@127.0.0.1:5432/strata"
     @Option(help: "Row counts, comma-separated.") var rows = "10000,100000"
-    @Option(help: "Rows per pull page.") var pageSize = 1000
+    @Option(help: "Rows per pull page (HTTPSyncTransport's default).") var pageSize = HTTPSyncTransport.defaultPageSize
     @Option(help: "The `strata` command (release build).") var strata = ".build/release/strata"
     @Option(help: "The tables file.") var tables = "Server/Examples/tables.json"
     @Flag(help: "Print JSON.") var json = false
 
     struct Figures: Codable {
         var rows: Int
-        var inProcessSeconds, inProcessRowsPerSecond, inProcessPeakMiB, inProcessCPUSeconds: Double
-        var cliSeconds, cliRowsPerSecond, cliPeakMiB, cliCPUSeconds: Double
+        var inProcessSeconds, inProcessRowsPerSecond, inProcessPeakMiB, inProcessAnonPeakMiB, inProcessCPUSeconds: Double
+        var cliSeconds, cliRowsPerSecond, cliPeakMiB, cliAnonPeakMiB, cliCPUSeconds: Double
         var serverCPUSeconds, postgresCPUSeconds: Double
         var postgresAloneRowsPerSecond, serverAloneRowsPerSecond, mergeAloneRowsPerSecond: Double
         var oneRowMilliseconds: Double
@@ -225,8 +256,9 @@ struct Run: AsyncParsableCommand {
 
         return Figures(
             rows: n,
-            inProcessSeconds: result.seconds, inProcessRowsPerSecond: Double(n) / result.seconds, inProcessPeakMiB: phone.maxRSSMiB, inProcessCPUSeconds: phone.cpuSeconds,
-            cliSeconds: cli.seconds, cliRowsPerSecond: Double(n) / cli.seconds, cliPeakMiB: cli.maxRSSMiB, cliCPUSeconds: cli.cpuSeconds,
+            inProcessSeconds: result.seconds, inProcessRowsPerSecond: Double(n) / result.seconds, inProcessPeakMiB: phone.maxRSSMiB, inProcessAnonPeakMiB: phone.maxAnonMiB,
+            inProcessCPUSeconds: phone.cpuSeconds,
+            cliSeconds: cli.seconds, cliRowsPerSecond: Double(n) / cli.seconds, cliPeakMiB: cli.maxRSSMiB, cliAnonPeakMiB: cli.maxAnonMiB, cliCPUSeconds: cli.cpuSeconds,
             serverCPUSeconds: serverCPU, postgresCPUSeconds: postgresCPU,
             postgresAloneRowsPerSecond: Double(n) / pg.seconds, serverAloneRowsPerSecond: Double(n) / serverAlone, mergeAloneRowsPerSecond: Double(n) / mergeAlone,
             oneRowMilliseconds: result.oneRowMilliseconds, killedAtRows: killedAt, resumedSeconds: resumed.seconds)
@@ -275,11 +307,11 @@ struct Run: AsyncParsableCommand {
 
     static func printTable(_ all: [Figures]) {
         print("\nFirst sync of N rows from strata-server on PostgreSQL, all on this machine (\(ProcessInfo.processInfo.activeProcessorCount) cores):")
-        print("| rows | in-process rows/s | peak MiB | phone CPU s | `strata sync` rows/s | peak MiB | server CPU s | PostgreSQL CPU s | 1 row after N | killed at, resumed in |")
+        print("| rows | in-process rows/s | peak anon / resident MiB | phone CPU s | `strata sync` rows/s | peak anon / resident MiB | server CPU s | PostgreSQL CPU s | 1 row after N | killed at, resumed in |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for f in all {
-            print(String(format: "| %d | %.0f | %.1f | %.1f | %.0f | %.1f | %.1f | %.1f | %.1f ms | %d rows, %.1f s |", f.rows, f.inProcessRowsPerSecond, f.inProcessPeakMiB, f.inProcessCPUSeconds,
-                         f.cliRowsPerSecond, f.cliPeakMiB, f.serverCPUSeconds, f.postgresCPUSeconds, f.oneRowMilliseconds, f.killedAtRows, f.resumedSeconds))
+            print(String(format: "| %d | %.0f | %.1f / %.1f | %.1f | %.0f | %.1f / %.1f | %.1f | %.1f | %.1f ms | %d rows, %.1f s |", f.rows, f.inProcessRowsPerSecond, f.inProcessAnonPeakMiB, f.inProcessPeakMiB,
+                         f.inProcessCPUSeconds, f.cliRowsPerSecond, f.cliAnonPeakMiB, f.cliPeakMiB, f.serverCPUSeconds, f.postgresCPUSeconds, f.oneRowMilliseconds, f.killedAtRows, f.resumedSeconds))
         }
         print("\nThe limits, same run (rows/s):")
         print("| rows | PostgreSQL alone (COPY) | the server alone (pages fetched, discarded) | the merge alone | in-process sync / server alone |")
