@@ -38,6 +38,7 @@ struct Phone: AsyncParsableCommand {
     @Option var store: String
     @Option var pageSize = HTTPSyncTransport.defaultPageSize
     @Option var tables: String
+    @Option(help: "StoreOptions.overlayBudget, in MiB (the default when not given).") var overlayBudgetMiB: Int?
 
     struct Result: Codable {
         var seconds: Double
@@ -46,7 +47,9 @@ struct Phone: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let store = try Store(path: self.store)
+        var options = StoreOptions()
+        if let overlayBudgetMiB { options.overlayBudget = overlayBudgetMiB << 20 }
+        let store = try Store(path: self.store, options: options)
         for t in try TableFile.load(tables) { try store.createTable(t) }
         let transport = HTTPSyncTransport(server: URL(string: server)!, token: token, timeout: 120, pageSize: pageSize)
         let sync = SyncClient(store: store)
@@ -163,6 +166,7 @@ struct Run: AsyncParsableCommand {
     @Option(help: "The `strata` command (release build).") var strata = ".build/release/strata"
     @Option(help: "The tables file.") var tables = "Server/Examples/tables.json"
     @Flag(help: "Print JSON.") var json = false
+    @Option(help: "The overlay budget, in MiB, of the second in-process run (StoreOptions.overlayBudget).") var smallOverlayMiB = 8
 
     struct Figures: Codable {
         var rows: Int
@@ -171,6 +175,8 @@ struct Run: AsyncParsableCommand {
         var serverCPUSeconds, postgresCPUSeconds: Double
         var postgresAloneRowsPerSecond, serverAloneRowsPerSecond, mergeAloneRowsPerSecond: Double
         var oneRowMilliseconds: Double
+        /// In-process again, with `StoreOptions.overlayBudget` at ``smallOverlayMiB``.
+        var smallOverlayRowsPerSecond, smallOverlayAnonPeakMiB, smallOverlayPeakMiB: Double
         var killedAtRows: Int
         var resumedSeconds: Double
     }
@@ -184,7 +190,7 @@ struct Run: AsyncParsableCommand {
         var all: [Figures] = []
         for n in counts {
             all.append(try await measure(rows: n, bin: bin))
-            if !json { Self.printTable(all) }
+            if !json { printTable(all) }
         }
         if json {
             let e = JSONEncoder()
@@ -208,9 +214,10 @@ struct Run: AsyncParsableCommand {
               '{"done":{"bool":' || (i % 2 = 0) || '},"notes":{"string":"a note on task ' || i || '"},"priority":{"int":' || (i % 5) || '},"title":{"string":"task number ' || i || '"}}',
               false, nextval('strata_version') FROM generate_series(1, \(n)) AS i
             """, "-c", "VACUUM ANALYZE strata_rows"])
-        let tokens = try Server.run(server.binary, ["token", "create", "--database-url", db, "--client-id", "phone", "--client-id", "cli", "--client-id", "other", "--client-id", "killed"])
+        let tokens = try Server.run(server.binary, ["token", "create", "--database-url", db, "--client-id", "phone", "--client-id", "cli", "--client-id", "other", "--client-id", "killed",
+                                                "--client-id", "phone-small", "--client-id", "other-small"])
             .split(separator: "\n").map(String.init)
-        guard tokens.count == 4 else { throw BenchError("token create gave \(tokens)") }
+        guard tokens.count == 6 else { throw BenchError("token create gave \(tokens)") }
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("strata-sync-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: scratch) }
@@ -233,6 +240,16 @@ struct Run: AsyncParsableCommand {
             throw BenchError("the in-process sync failed (status \(phone.status)): \((try? String(contentsOfFile: out, encoding: .utf8)) ?? "")")
         }
         let serverCPU = server.cpuSeconds() - cpu.0, postgresCPU = Server.postgresCPUSeconds() - cpu.1
+
+        log("\(n) rows: first sync in-process, overlay budget \(smallOverlayMiB) MiB")
+        let small = try Child.run(CommandLine.arguments[0], [
+            "phone", "--server", server.url.absoluteString, "--token", tokens[4], "--other-token", tokens[5],
+            "--store", scratch.appendingPathComponent("phone-small").path, "--page-size", String(pageSize), "--tables", tables,
+            "--overlay-budget-mi-b", String(smallOverlayMiB),
+        ], stdout: out)
+        guard small.status == 0, let smallResult = try? JSONDecoder().decode(Phone.Result.self, from: Data(contentsOf: URL(fileURLWithPath: out))), smallResult.rows == n else {
+            throw BenchError("the in-process sync with a small overlay failed (status \(small.status))")
+        }
 
         log("\(n) rows: first sync with strata sync")
         let cliStore = scratch.appendingPathComponent("cli").path
@@ -261,7 +278,9 @@ struct Run: AsyncParsableCommand {
             cliSeconds: cli.seconds, cliRowsPerSecond: Double(n) / cli.seconds, cliPeakMiB: cli.maxRSSMiB, cliAnonPeakMiB: cli.maxAnonMiB, cliCPUSeconds: cli.cpuSeconds,
             serverCPUSeconds: serverCPU, postgresCPUSeconds: postgresCPU,
             postgresAloneRowsPerSecond: Double(n) / pg.seconds, serverAloneRowsPerSecond: Double(n) / serverAlone, mergeAloneRowsPerSecond: Double(n) / mergeAlone,
-            oneRowMilliseconds: result.oneRowMilliseconds, killedAtRows: killedAt, resumedSeconds: resumed.seconds)
+            oneRowMilliseconds: result.oneRowMilliseconds,
+            smallOverlayRowsPerSecond: Double(n) / smallResult.seconds, smallOverlayAnonPeakMiB: small.maxAnonMiB, smallOverlayPeakMiB: small.maxRSSMiB,
+            killedAtRows: killedAt, resumedSeconds: resumed.seconds)
     }
 
     /// Every snapshot page fetched and thrown away: seconds.
@@ -305,13 +324,19 @@ struct Run: AsyncParsableCommand {
 
     func log(_ s: String) { FileHandle.standardError.write(Data("\(s)\n".utf8)) }
 
-    static func printTable(_ all: [Figures]) {
+    func printTable(_ all: [Figures]) {
         print("\nFirst sync of N rows from strata-server on PostgreSQL, all on this machine (\(ProcessInfo.processInfo.activeProcessorCount) cores):")
         print("| rows | in-process rows/s | peak anon / resident MiB | phone CPU s | `strata sync` rows/s | peak anon / resident MiB | server CPU s | PostgreSQL CPU s | 1 row after N | killed at, resumed in |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for f in all {
             print(String(format: "| %d | %.0f | %.1f / %.1f | %.1f | %.0f | %.1f / %.1f | %.1f | %.1f | %.1f ms | %d rows, %.1f s |", f.rows, f.inProcessRowsPerSecond, f.inProcessAnonPeakMiB, f.inProcessPeakMiB,
                          f.inProcessCPUSeconds, f.cliRowsPerSecond, f.cliAnonPeakMiB, f.cliPeakMiB, f.serverCPUSeconds, f.postgresCPUSeconds, f.oneRowMilliseconds, f.killedAtRows, f.resumedSeconds))
+        }
+        print("\nIn-process again, with StoreOptions.overlayBudget at \(smallOverlayMiB) MiB (the default: \(StoreOptions().overlayBudget >> 20) MiB):")
+        print("| rows | rows/s | peak anon / resident MiB |")
+        print("|---:|---:|---:|")
+        for f in all {
+            print(String(format: "| %d | %.0f | %.1f / %.1f |", f.rows, f.smallOverlayRowsPerSecond, f.smallOverlayAnonPeakMiB, f.smallOverlayPeakMiB))
         }
         print("\nThe limits, same run (rows/s):")
         print("| rows | PostgreSQL alone (COPY) | the server alone (pages fetched, discarded) | the merge alone | in-process sync / server alone |")
