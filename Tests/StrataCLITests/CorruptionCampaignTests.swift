@@ -40,10 +40,11 @@ struct SplitMix64: RandomNumberGenerator {
         var runs = 0
         /// Crashes in Strata's own code: must stay 0.
         var strataCrashes: [String] = []
-        /// `check`/`verify` found damage that crashed LMDB in their child process, and said so.
-        var containedCrashes = 0
-        /// Other commands that died inside liblmdb itself (not Strata's code; not contained,
-        /// since only `check` and `verify` walk the file in a child process first).
+        /// A command's page check (every command runs one before LMDB reads the store) found
+        /// the damage and said so: exit 3.
+        var damageFound = 0
+        /// Commands that died inside liblmdb itself (not Strata's code): damage the page check
+        /// does not see.
         var lmdbCrashes = 0
         /// A few of those, printed so the classification can be checked by eye.
         var lmdbCrashSamples: [String] = []
@@ -106,7 +107,7 @@ struct SplitMix64: RandomNumberGenerator {
                     total.trials += 1
                     total.runs += t.runs
                     total.strataCrashes += t.strataCrashes
-                    total.containedCrashes += t.containedCrashes
+                    total.damageFound += t.damageFound
                     total.lmdbCrashes += t.lmdbCrashes
                     if total.lmdbCrashSamples.count < 3 { total.lmdbCrashSamples += t.lmdbCrashSamples.prefix(3 - total.lmdbCrashSamples.count) }
                     total.clearErrors += t.clearErrors
@@ -126,8 +127,8 @@ struct SplitMix64: RandomNumberGenerator {
         print("""
             CorruptionCampaign tally (seed \(seed), \(t.trials) trials, \(t.runs) command runs, \(Int(Date().timeIntervalSince(started))) s):
               crashes in Strata's own code:  \(t.strataCrashes.count)
-              crashes contained (check/verify child): \(t.containedCrashes)
-              crashes inside liblmdb (other commands, not contained): \(t.lmdbCrashes)
+              damage found by the page check (exit 3): \(t.damageFound)
+              crashes inside liblmdb:        \(t.lmdbCrashes)
               clear errors:                  \(t.clearErrors)
               ran clean:                     \(t.clean)
               killed after the time limit:   \(t.hung)
@@ -217,9 +218,9 @@ struct SplitMix64: RandomNumberGenerator {
                         tally.salvagedOperations += report["recoveredOperations"] as? Int ?? 0
                     }
                 }
-            case 3 where ["check", "verify"].contains(arguments[0]):
-                tally.containedCrashes += 1
-            case 1, 2, 3:
+            case 3:
+                tally.damageFound += 1
+            case 1, 2:
                 tally.clearErrors += 1
             default:
                 tally.strataCrashes.append("trial \(trial) (\(what)): `strata \(arguments[0])` exited with \(r.status): \(r.err.prefix(200))")
