@@ -50,8 +50,17 @@ enum OpenMarker {
     /// descriptor of `strata.lock`, holding a shared `flock`; its environment is closed.
     static func removeAtCleanClose(_ folder: String, lockFD: Int32) {
         // Shared to exclusive: granted only when no other process holds the lock. The lock is
-        // released with the descriptor right after.
-        guard lockFD >= 0, flock(lockFD, LOCK_EX | LOCK_NB) == 0 else { return }
-        unlink(path(folder))
+        // released with the descriptor right after. A child process that another thread is
+        // starting holds a copy of the descriptor until it runs its program (see
+        // `Store.lockFolder`), so a refusal is tried again for a few milliseconds; a process that
+        // really has the store open keeps the marker, and costs this close those milliseconds.
+        guard lockFD >= 0 else { return }
+        for attempt in 0..<5 {
+            if flock(lockFD, LOCK_EX | LOCK_NB) == 0 {
+                unlink(path(folder))
+                return
+            }
+            if attempt < 4 { usleep(2_000) }
+        }
     }
 }
