@@ -57,7 +57,7 @@ public struct StoreOptions: Sendable {
     public var overlayBudget: Int = 64 << 20
     /// The page check that runs before LMDB maps the store's file, so that a damaged store is
     /// ``StrataError/Code/corruptStore`` rather than a crash inside LMDB; see ``OpenCheck``.
-    /// Default: ``OpenCheck/quick`` (about half a millisecond, whatever the store's size). After
+    /// Default: ``OpenCheck/quick`` (a fraction of a millisecond, whatever the store's size). After
     /// an open that did not end in a clean close (a crash, or a process killed, as iOS ends
     /// apps), the next open runs ``OpenCheck/full`` instead, unless this is ``OpenCheck/none``.
     /// Runs at the first open of a folder in the process; a new store is not checked.

@@ -13,7 +13,7 @@ struct StoreArgument: ParsableArguments {
 
     /// The options every command opens its store with: never created, and every page checked
     /// before LMDB reads the file (``OpenCheck/full``; the CLI is a debugging tool, and the check
-    /// costs about 1 ms per MB), unless `--no-check`. A damaged store is then
+    /// costs about half a millisecond per MB), unless `--no-check`. A damaged store is then
     /// ``StrataError/Code/corruptStore``: exit 3 with the damage and the salvage command.
     var options: StoreOptions {
         var options = StoreOptions()
