@@ -55,6 +55,13 @@ public struct StoreOptions: Sendable {
     /// with it the log tail another process (or a reopen after a crash) folds before its first
     /// read. Default: 64 MiB.
     public var overlayBudget: Int = 64 << 20
+    /// The page check that runs before LMDB maps the store's file, so that a damaged store is
+    /// ``StrataError/Code/corruptStore`` rather than a crash inside LMDB; see ``OpenCheck``.
+    /// Default: ``OpenCheck/quick`` (a fraction of a millisecond, whatever the store's size). After
+    /// an open that did not end in a clean close (a crash, or a process killed, as iOS ends
+    /// apps), the next open runs ``OpenCheck/full`` instead, unless this is ``OpenCheck/none``.
+    /// Runs at the first open of a folder in the process; a new store is not checked.
+    public var checkAtOpen: OpenCheck = .quick
 
     /// The defaults: full durability, a 64 MiB initial map, 126 readers, stores created when missing.
     public init() {}
@@ -135,7 +142,14 @@ public final class Store: Sendable {
     /// it): a creating open initializes it, under LMDB's writer lock, so that processes creating
     /// one store at once all get the same store.
     ///
-    /// - Throws: ``StrataError`` with code `formatVersion` for a store written by a newer Strata,
+    /// **A damaged store is refused before LMDB reads it.** The first open of a folder in the
+    /// process checks the pages of its file as ``StoreOptions/checkAtOpen`` says (quick by
+    /// default, full after an open that did not end in a clean close; see ``OpenCheck``), so a
+    /// damaged store is ``StrataError/Code/corruptStore``, naming the damage, and never a crash
+    /// inside LMDB. Recover it with ``salvage(from:into:)``.
+    ///
+    /// - Throws: ``StrataError`` with code `corruptStore` for a damaged file,
+    ///   `formatVersion` for a store written by a newer Strata,
     ///   `io` when the folder holds no store and ``StoreOptions/createIfMissing`` is false,
     ///   `notAStore` when its `data.mdb` is not a Strata store, `diskFull` when the disk has no
     ///   room for the lock file `lock.mdb` that opening needs.

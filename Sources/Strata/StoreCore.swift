@@ -68,13 +68,26 @@ final class StoreCore: @unchecked Sendable {
         let before = StoreFiles.Before(path)
         try StoreFiles.refuseEmptyDataFile(in: path)
         lockFD = try Store.lockFolder(path, exclusive: false)
-        if !isReadOnly {
-            do {
-                try StoreFiles.allocateLockFile(in: path, readers: options.maxReaders)
-            } catch {
-                closeDescriptor(lockFD)
-                throw error
+        // The page check and the crash-loop guard (Check/OpenMarker.swift), before LMDB maps the
+        // file: a damaged store is `corruptStore` and LMDB never reads it. Run by the first open of
+        // the folder in this process (the registry shares the environment with later ones),
+        // whether or not another process has the store open: a check reads no page a writer may
+        // change under it without noticing (see `PageCheck.run`), so another process's commits
+        // never make it report damage.
+        var markerCreated = false
+        do {
+            if before.dataFile {
+                var check = options.checkAtOpen
+                if check != .none && OpenMarker.lastOpenDidNotClose(path) { check = .full }
+                try PageCheck.beforeOpening(path, check)
             }
+            if !isReadOnly { markerCreated = OpenMarker.create(in: path) }
+            if !isReadOnly { try StoreFiles.allocateLockFile(in: path, readers: options.maxReaders) }
+        } catch {
+            if markerCreated { unlink(OpenMarker.path(path)) }
+            closeDescriptor(lockFD)
+            if error.code == .corruptStore { StoreFiles.removeCreatedLockFiles(in: path, before: before) }
+            throw error
         }
         // A reclaim holds the lock exclusively while it runs, so with the shared lock held none
         // runs: a `reclaim.tmp` here is the leftover of one that was killed.
@@ -95,6 +108,7 @@ final class StoreCore: @unchecked Sendable {
         do {
             env = try Environment(path: path, options: envOptions)
         } catch {
+            if markerCreated { unlink(OpenMarker.path(path)) }
             closeDescriptor(lockFD)
             if error.resultCode == .invalid || error.resultCode == .versionMismatch {
                 // LMDB read the header and wrote nothing: not an LMDB file (or not one it reads).
@@ -110,6 +124,7 @@ final class StoreCore: @unchecked Sendable {
             dataFile = try FolderIdentity(of: path + "/data.mdb")
         } catch {
             env.close()
+            if markerCreated { unlink(OpenMarker.path(path)) }
             closeDescriptor(lockFD)
             if error.code == .notAStore { StoreFiles.removeCreatedLockFiles(in: path, before: before) }
             throw error
@@ -131,6 +146,8 @@ final class StoreCore: @unchecked Sendable {
         // The log holds everything; this only spares the next open the fold of the tail.
         try? checkpointOnClose()
         env.close()
+        // A clean close: the next open need not suspect a crash (Check/OpenMarker.swift).
+        if !isReadOnly { OpenMarker.removeAtCleanClose(path, lockFD: lockFD) }
         closeDescriptor(lockFD)
     }
 

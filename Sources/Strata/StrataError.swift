@@ -24,7 +24,7 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
             case fieldNotFound, typeMismatch, missingField, nullNotAllowed, invalidKey
             case duplicateKey, rowNotFound, invalidOperation
             case corruptRecord, formatVersion, storage, io, malformedInput, dataVersionMismatch
-            case compacted, diskFull, busy, closed, invalidValue, notAStore
+            case compacted, diskFull, busy, closed, invalidValue, notAStore, corruptStore
         }
         fileprivate let kind: Kind
         private init(_ kind: Kind) { self.kind = kind }
@@ -82,6 +82,13 @@ public struct StrataError: Error, Sendable, CustomStringConvertible {
         /// program's LMDB database, a file whose header is damaged. It was refused and left
         /// untouched; Strata creates a store only where no `data.mdb` exists.
         public static let notAStore = Code(.notAStore)
+        /// The store's file is damaged: its LMDB pages do not hold together (a page number
+        /// outside the file, a node outside its page, keys out of order, a loop, …), found by the
+        /// page check that runs before LMDB reads the file (``StoreOptions/checkAtOpen``,
+        /// ``Store/check(at:options:)``). LMDB never read it, so nothing crashed and nothing was
+        /// written; the message names the damage. Recover what is readable into a new folder
+        /// with ``Store/salvage(from:into:)`` (`strata salvage`).
+        public static let corruptStore = Code(.corruptStore)
 
         public var description: String { kind.rawValue }
     }

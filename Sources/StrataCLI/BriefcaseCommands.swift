@@ -37,7 +37,7 @@ struct ImportCommand: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            var options = StoreOptions()
+            var options = target.options
             options.createIfMissing = create
             let folderExisted = FileManager.default.fileExists(atPath: target.store)
             let storeExisted = FileManager.default.fileExists(atPath: target.store + "/data.mdb")

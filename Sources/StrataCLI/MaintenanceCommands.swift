@@ -92,7 +92,7 @@ struct VerifyCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",
         abstract: "Rebuild the views from the log in a scratch store and compare them with the live ones.",
-        discussion: "Reads every page first, in a child process, as `strata check` does (exit 3 when that crashes LMDB). Then checks every operation's checksum and folds the log: exits with status 1 and names each damaged operation by LSN, and the differing rows, when there are any.\nExample:\n  strata verify store && echo consistent"
+        discussion: "Checks every page first, as `strata check` does (exit 3 when the file is damaged; --no-check skips it). Then checks every operation's checksum and folds the log: exits with status 1 and names each damaged operation by LSN, and the differing rows, when there are any.\nExample:\n  strata verify store && echo consistent"
     )
     @OptionGroup var target: StoreArgument
     @OptionGroup var output: OutputOptions
@@ -111,23 +111,25 @@ struct VerifyCommand: ParsableCommand {
         var consistent = true
         var walkStatus: Int32 = 0
         try reportingErrors {
-            // First every page, in a child process: damage that would crash LMDB (or this
-            // process) is reported as such, and the comparison below only runs on a store
-            // whose pages all read back.
-            let walk = try PageCheck.run(store: target.store, timeout: 300)
-            if walk.damaged {
-                walkStatus = walk.exitStatus
-                if output.json {
-                    try printJSON(Report(consistent: false, operations: 0, differences: walk.databases.filter { $0.status != "ok" }.map { "database \($0.name): \($0.message ?? $0.status)" }))
-                } else {
-                    print(walk.summary)
+            // First every page, as `strata check` does: damage that would crash LMDB is
+            // reported as such, and the comparison below only runs on a store whose pages are
+            // sound. The open after it need not check them again.
+            if !target.noCheck {
+                let pages = try Store.check(at: target.store)
+                if pages.isDamaged {
+                    walkStatus = Exit.damaged
+                    if output.json {
+                        try printJSON(Report(consistent: false, operations: 0, differences: pages.findings.map(\.description)))
+                    } else {
+                        print(pages)
+                    }
+                    return
                 }
-                return
             }
             let bar = ProgressBar("verifying")
             let report: VerifyReport
             do {
-                report = try target.open().verify(progress: bar.update)
+                report = try target.open(check: OpenCheck.none).verify(progress: bar.update)
             } catch let e as StrataError {
                 // verify writes only its scratch store, in the temporary folder.
                 throw Store.diagnosingDiskFull(e, writingIn: FileManager.default.temporaryDirectory.path)
@@ -155,6 +157,8 @@ struct ReplayCommand: ParsableCommand {
     @Argument(help: "The store whose log is replayed.") var source: String
     @Argument(help: "An empty folder for the new store.") var destination: String
     @Option(help: "The last LSN to replay, or an ISO 8601 time (the last operation at or before it).") var until: String?
+    @Flag(name: .customLong("no-check"), help: "Skip the check of every page of the source store's file that runs before it is opened.")
+    var noCheck = false
 
     func validate() throws {
         if let until, UInt64(until) == nil, (try? Date(until, strategy: .iso8601)) == nil {
@@ -166,6 +170,7 @@ struct ReplayCommand: ParsableCommand {
         try reportingErrors {
             var options = StoreOptions()
             options.createIfMissing = false
+            options.checkAtOpen = noCheck ? .none : .full
             let store = try Store(path: source, options: options)
             defer { store.close() }
             var lsn = UInt64.max

@@ -8,17 +8,17 @@ struct StrataCommand: AsyncParsableCommand {
         commandName: "strata",
         abstract: "Inspect, debug and demonstrate Strata stores.",
         discussion: """
-            Exit status: 0 on success, 1 when verify finds differences (or check finds damage), 2 \
-            for an error (a path that is not a store, an unknown table or key, a malformed file, …), \
-            3 when check or verify found damage that crashes LMDB (contained in a child process), \
-            64 for bad arguments.
+            Exit status: 0 on success, 1 when verify finds differences, 2 for an error (a path \
+            that is not a store, an unknown table or key, a malformed file, …), 3 when the store's \
+            file is damaged (every command that opens a store checks its pages first, before LMDB \
+            reads them; --no-check skips that), 64 for bad arguments.
             """,
         version: "0.1.0",
         subcommands: [
             DemoCommand.self, InfoCommand.self, ShowCommand.self, LogCommand.self, HistoryCommand.self,
             PendingCommand.self, ConflictsCommand.self, MergeCommand.self, CompactCommand.self, RebuildCommand.self,
             VerifyCommand.self, CheckCommand.self, SalvageCommand.self, ReplayCommand.self, ExportCommand.self, ImportCommand.self, CopyCommand.self,
-            BenchCommand.self, CreateCommand.self, SyncCommand.self, WalkPagesCommand.self,
+            BenchCommand.self, CreateCommand.self, SyncCommand.self,
         ]
     )
 

@@ -8,15 +8,30 @@ struct StoreArgument: ParsableArguments {
     @Argument(help: "The store's folder.")
     var store: String
 
-    /// Opens an existing store; never creates one.
+    @Flag(name: .customLong("no-check"), help: "Skip the check of every page of the store's file that runs before it is opened (a damaged file may then crash LMDB).")
+    var noCheck = false
+
+    /// The options every command opens its store with: never created, and every page checked
+    /// before LMDB reads the file (``OpenCheck/full``; the CLI is a debugging tool, and the check
+    /// costs about half a millisecond per MB), unless `--no-check`. A damaged store is then
+    /// ``StrataError/Code/corruptStore``: exit 3 with the damage and the salvage command.
+    var options: StoreOptions {
+        var options = StoreOptions()
+        options.createIfMissing = false
+        options.checkAtOpen = noCheck ? .none : .full
+        return options
+    }
+
+    /// Opens an existing store; never creates one. `check` replaces the page check `--no-check`
+    /// chose (`verify` checks the pages itself first).
     ///
     /// An existing store of the current format opens with read transactions only, so this does
     /// not wait for an app that is writing. A store that must be written to open (one of an older
     /// format, migrated on open) waits for the writer at most ``busyTimeout`` and then fails with
     /// "the store is busy writing", rather than hang with no limit.
-    func open() throws -> Store {
-        var options = StoreOptions()
-        options.createIfMissing = false
+    func open(check: OpenCheck? = nil) throws -> Store {
+        var options = self.options
+        if let check { options.checkAtOpen = check }
         return try openWaitingAtMost(StoreArgument.busyTimeout) { [store, options] in try Store(path: store, options: options) }
     }
 
@@ -55,13 +70,15 @@ enum Exit {
     static let error: Int32 = 2
     /// `verify` found differences between the views and the log.
     static let inconsistent: Int32 = 1
-    /// `check` or `verify`: reading the store crashed LMDB, in a child process that contained it.
-    static let crashContained: Int32 = 3
+    /// The store's file is damaged (``StrataError/Code/corruptStore``): found by the page check
+    /// that runs before any command opens a store (or by `check`), before LMDB read a page.
+    static let damaged: Int32 = 3
 }
 
-/// Runs a command body; an error becomes one line on standard error and exit status 2: a
-/// ``StrataError`` by its message, a file system error by its description (never a raw
-/// `NSError` dump, and never status 1, which means "verify found differences").
+/// Runs a command body; an error becomes one line on standard error and exit status 2 (3 for a
+/// damaged store, ``StrataError/Code/corruptStore``): a ``StrataError`` by its message, a file
+/// system error by its description (never a raw `NSError` dump, and never status 1, which means
+/// "verify found differences").
 func reportingErrors(_ body: () throws -> Void) throws {
     // Scratch stores left behind by a crashed or killed strata (or app) go first.
     Store.sweepScratchStores()
@@ -69,7 +86,8 @@ func reportingErrors(_ body: () throws -> Void) throws {
         try body()
     } catch let e as StrataError {
         FileHandle.standardError.write(Data("strata: \(e.message)\n".utf8))
-        throw ExitCode(Exit.error)
+        // The message names the damage and the salvage command.
+        throw ExitCode(e.code == .corruptStore ? Exit.damaged : Exit.error)
     } catch let e as ExitCode {
         throw e
     } catch let e as ValidationError {

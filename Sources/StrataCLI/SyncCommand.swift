@@ -83,7 +83,7 @@ struct SyncCommand: AsyncParsableCommand {
             print("pending now: \(pending); anchor \(try sync.anchor() ?? "none")")
         } catch let e as StrataError {
             FileHandle.standardError.write(Data("strata: \(e.message)\n".utf8))
-            throw ExitCode(Exit.error)
+            throw ExitCode(e.code == .corruptStore ? Exit.damaged : Exit.error)
         } catch let e as ResetRequired {
             FileHandle.standardError.write(Data("strata: \(e)\n".utf8))
             throw ExitCode(Exit.error)

@@ -44,6 +44,11 @@ import StrataSync
 //     about one closure in eight (chosen from the seed) then throws, its rows marked "doomed",
 //     and only that closure must roll back. After each successful write it prints "C <t> <i>".
 //
+//   strata-crash-helper open-and-read <store> <none|quick|full>
+//     Opens an existing store with that `checkAtOpen`, reads every row of every table, the
+//     pending rows and the whole log, and prints "OK", or "E <error code> <message>" (the
+//     library's open-and-read path, for the corruption campaign).
+//
 //   strata-crash-helper open <store> <create|existing>
 //     Waits for a line on standard input (so that a test can start many at once), then opens the
 //     store with `createIfMissing` true or false, and prints "ID <client id>" or
@@ -101,6 +106,29 @@ if arguments.count == 4, arguments[1] == "create-table-and-exit" {
     try store.createTable(.fixed(arguments[3], fields: [.int("id"), .string("v")]))
     try store.write { try $0.insert(arguments[3], ["id": 1, "v": "from another process"]) }
     say("OK")
+    exit(0)
+}
+
+if arguments.count == 4, arguments[1] == "open-and-read", let check = OpenCheck(rawValue: arguments[3]) {
+    var options = StoreOptions()
+    options.createIfMissing = false
+    options.checkAtOpen = check
+    do {
+        let store = try Store(path: arguments[2], options: options)
+        try store.read { snap in
+            for table in try snap.tables {
+                try snap.forEachRow(table.name, includingDeleted: true) { _ in true }
+            }
+            _ = try snap.pendingRows()
+            try snap.forEachOperation { _ in true }
+        }
+        store.close()
+        say("OK")
+    } catch let error as StrataError {
+        say("E \(error.code) \(error.message)")
+    } catch {
+        say("E \(error)")
+    }
     exit(0)
 }
 

@@ -40,10 +40,11 @@ struct SplitMix64: RandomNumberGenerator {
         var runs = 0
         /// Crashes in Strata's own code: must stay 0.
         var strataCrashes: [String] = []
-        /// `check`/`verify` found damage that crashed LMDB in their child process, and said so.
-        var containedCrashes = 0
-        /// Other commands that died inside liblmdb itself (not Strata's code; not contained,
-        /// since only `check` and `verify` walk the file in a child process first).
+        /// A command's page check (every command runs one before LMDB reads the store) found
+        /// the damage and said so: exit 3.
+        var damageFound = 0
+        /// Commands that died inside liblmdb itself (not Strata's code): damage the page check
+        /// does not see.
         var lmdbCrashes = 0
         /// A few of those, printed so the classification can be checked by eye.
         var lmdbCrashSamples: [String] = []
@@ -59,6 +60,15 @@ struct SplitMix64: RandomNumberGenerator {
         var unattributedSamples: [String] = []
         /// Which commands were killed, and on what damage.
         var hungSamples: [String] = []
+        /// The library's open-and-read path (`Store(path:options:)`, then every table, the pending
+        /// rows and the log, in `strata-crash-helper open-and-read`), by `checkAtOpen`: the runs
+        /// that died of a signal, and those that refused the store with `corruptStore`.
+        var libraryDeaths: [String: Int] = [:]
+        var libraryRefusals: [String: Int] = [:]
+        var libraryDeathSamples: [String] = []
+        /// Runs after a death of the library's open-and-read that died again: the open after a
+        /// crash finds the marker it left and runs the full check, so this must stay 0.
+        var crashLoops = 0
         /// Operations `salvage` recovered, over all trials.
         var salvagedOperations = 0
         var salvages = 0
@@ -106,7 +116,7 @@ struct SplitMix64: RandomNumberGenerator {
                     total.trials += 1
                     total.runs += t.runs
                     total.strataCrashes += t.strataCrashes
-                    total.containedCrashes += t.containedCrashes
+                    total.damageFound += t.damageFound
                     total.lmdbCrashes += t.lmdbCrashes
                     if total.lmdbCrashSamples.count < 3 { total.lmdbCrashSamples += t.lmdbCrashSamples.prefix(3 - total.lmdbCrashSamples.count) }
                     total.clearErrors += t.clearErrors
@@ -115,6 +125,10 @@ struct SplitMix64: RandomNumberGenerator {
                     total.unattributed += t.unattributed
                     total.unattributedSamples += t.unattributedSamples
                     if total.hungSamples.count < 5 { total.hungSamples += t.hungSamples.prefix(5 - total.hungSamples.count) }
+                    total.libraryDeaths.merge(t.libraryDeaths, uniquingKeysWith: +)
+                    total.libraryRefusals.merge(t.libraryRefusals, uniquingKeysWith: +)
+                    total.crashLoops += t.crashLoops
+                    if total.libraryDeathSamples.count < 5 { total.libraryDeathSamples += t.libraryDeathSamples.prefix(5 - total.libraryDeathSamples.count) }
                     total.salvagedOperations += t.salvagedOperations
                     total.salvages += t.salvages
                 }
@@ -126,19 +140,25 @@ struct SplitMix64: RandomNumberGenerator {
         print("""
             CorruptionCampaign tally (seed \(seed), \(t.trials) trials, \(t.runs) command runs, \(Int(Date().timeIntervalSince(started))) s):
               crashes in Strata's own code:  \(t.strataCrashes.count)
-              crashes contained (check/verify child): \(t.containedCrashes)
-              crashes inside liblmdb (other commands, not contained): \(t.lmdbCrashes)
+              damage found by the page check (exit 3): \(t.damageFound)
+              crashes inside liblmdb:        \(t.lmdbCrashes)
               clear errors:                  \(t.clearErrors)
               ran clean:                     \(t.clean)
               killed after the time limit:   \(t.hung)
               faults in memcpy, caller not unwound: \(t.unattributed)
               salvaged records:              \(t.salvagedOperations) in \(t.salvages) salvages
+              library open-and-read, by checkAtOpen: \(["none", "quick", "full"].map { "\($0): \(t.libraryDeaths[$0] ?? 0) died, \(t.libraryRefusals[$0] ?? 0) refused as corruptStore" }.joined(separator: "; "))
+              the next launch after such a death died again: \(t.crashLoops)
             """)
+        for sample in t.libraryDeathSamples { print("  library death: \(sample)") }
         for sample in t.lmdbCrashSamples { print("  liblmdb crash: \(sample)") }
         for sample in t.hungSamples { print("  killed: \(sample)") }
         for sample in t.unattributedSamples { print("  memcpy fault, caller unknown: \(sample)") }
         #expect(t.strataCrashes.isEmpty, "\(t.strataCrashes.count) crashes in Strata's own code (seed \(seed)):\n\(t.strataCrashes.prefix(20).joined(separator: "\n"))")
         #expect(t.trials == indices.count)
+        // The full check leaves LMDB nothing to die on.
+        #expect(t.crashLoops == 0, "\(t.crashLoops) crash loops: an open after a death died again (seed \(seed))")
+        #expect(t.libraryDeaths["full", default: 0] == 0, "the library opened with the full check died \(t.libraryDeaths["full", default: 0]) times (seed \(seed)):\n\(t.libraryDeathSamples.joined(separator: "\n"))")
     }
 
     /// Builds the fixture: a few hundred rows over several transactions, acknowledged, edited,
@@ -217,12 +237,30 @@ struct SplitMix64: RandomNumberGenerator {
                         tally.salvagedOperations += report["recoveredOperations"] as? Int ?? 0
                     }
                 }
-            case 3 where ["check", "verify"].contains(arguments[0]):
-                tally.containedCrashes += 1
-            case 1, 2, 3:
+            case 3:
+                tally.damageFound += 1
+            case 1, 2:
                 tally.clearErrors += 1
             default:
                 tally.strataCrashes.append("trial \(trial) (\(what)): `strata \(arguments[0])` exited with \(r.status): \(r.err.prefix(200))")
+            }
+        }
+        // The library, with each check at open. The marker a run that died leaves behind would
+        // make the next run's open check fully: each run starts without it.
+        let helper = try strataExecutable().deletingLastPathComponent().appendingPathComponent("strata-crash-helper")
+        for check in ["none", "quick", "full"] {
+            try? FileManager.default.removeItem(atPath: dir + "/strata-open.marker")
+            let r = try runProcess(helper, ["open-and-read", dir, check], environment: ["SWIFT_BACKTRACE": "enable=no"], killAfter: 60)
+            if r.signal != nil || r.killed {
+                tally.libraryDeaths[check, default: 0] += 1
+                if check != "none" { tally.libraryDeathSamples.append("trial \(trial) (\(what)): checkAtOpen .\(check): \(r.killed ? "killed after the time limit" : "signal \(r.signal!)")") }
+                // The app's next launch, with the marker the death left: the full check runs.
+                if check != "none" {
+                    let again = try runProcess(helper, ["open-and-read", dir, check], environment: ["SWIFT_BACKTRACE": "enable=no"], killAfter: 60)
+                    if again.signal != nil || again.killed { tally.crashLoops += 1 }
+                }
+            } else if r.out.hasPrefix("E corruptStore") {
+                tally.libraryRefusals[check, default: 0] += 1
             }
         }
         return tally
