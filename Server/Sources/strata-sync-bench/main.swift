@@ -35,6 +35,7 @@ struct Phone: AsyncParsableCommand {
     @Option var server: String
     @Option var token: String
     @Option var otherToken: String
+    @Option var otherClient = "other"
     @Option var store: String
     @Option var pageSize = HTTPSyncTransport.defaultPageSize
     @Option var tables: String
@@ -60,7 +61,7 @@ struct Phone: AsyncParsableCommand {
         // Another client changes one row; the phone's next sync brings it.
         let other = HTTPSyncTransport(server: URL(string: server)!, token: otherToken)
         let title = try await store.read { try $0.row("tasks", key: 1)?["title"] } ?? .null
-        _ = try await other.push(Batch(id: "other-1", clientID: "other", number: 1, changes: [
+        _ = try await other.push(Batch(id: "\(otherClient)-1", clientID: otherClient, number: 1, changes: [
             RowChange(table: "tasks", key: 1, kind: .update, values: ["title": "changed"], originals: ["title": title]),
         ]))
         let t1 = ContinuousClock.now
@@ -245,7 +246,7 @@ struct Run: AsyncParsableCommand {
         let small = try Child.run(CommandLine.arguments[0], [
             "phone", "--server", server.url.absoluteString, "--token", tokens[4], "--other-token", tokens[5],
             "--store", scratch.appendingPathComponent("phone-small").path, "--page-size", String(pageSize), "--tables", tables,
-            "--overlay-budget-mi-b", String(smallOverlayMiB),
+            "--overlay-budget-mi-b", String(smallOverlayMiB), "--other-client", "other-small",
         ], stdout: out)
         guard small.status == 0, let smallResult = try? JSONDecoder().decode(Phone.Result.self, from: Data(contentsOf: URL(fileURLWithPath: out))), smallResult.rows == n else {
             throw BenchError("the in-process sync with a small overlay failed (status \(small.status))")
