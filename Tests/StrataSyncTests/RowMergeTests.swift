@@ -288,9 +288,8 @@ import Testing
         ("new row without a required field", "required field 'title'", ServerDelta(anchor: "n", tables: [TableDelta("tasks", upserts: [ServerRow(["id": 7])])])),
     ]
 
-    @Test(arguments: refused.indices)
-    func refusedRowsAreSetAsideAndTheAnchorMoves(_ i: Int) throws {
-        let (name, words, delta) = Self.refused[i]
+    /// A store with rows 1 to 3 from the server, row 2 changed here, at anchor `start`.
+    static func withThreeRows(_ body: (Store, SyncClient) throws -> Void) throws {
         try withStore { store in
             try store.write { tx in
                 for i in 1...3 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) }
@@ -299,6 +298,14 @@ import Testing
             }
             let sync = SyncClient(store: store)
             try sync.merge(ServerDelta(anchor: "start", tables: []))
+            try body(store, sync)
+        }
+    }
+
+    @Test(arguments: refused.indices)
+    func refusedRowsAreSetAsideAndTheAnchorMoves(_ i: Int) throws {
+        let (name, words, delta) = Self.refused[i]
+        try Self.withThreeRows { store, sync in
             let before = try observableRows(store)
             let report = try sync.merge(delta)
             #expect(report.refusedRows.count == 1 && report.refusedRows[0].reason.contains(words), "\(name): \(report.refusedRows)")
@@ -310,14 +317,7 @@ import Testing
     @Test(arguments: bad.indices)
     func rejectedWithNoChangeAnchorIncluded(_ i: Int) throws {
         let (name, code, delta) = Self.bad[i]
-        try withStore { store in
-            try store.write { tx in
-                for i in 1...3 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) }
-                for i in 1...3 { try tx.acknowledge("tasks", key: .init(.int(Int64(i)))) }
-                try tx.update("tasks", key: 2, ["done": true])
-            }
-            let sync = SyncClient(store: store)
-            try sync.merge(ServerDelta(anchor: "start", tables: []))
+        try Self.withThreeRows { store, sync in
             let before = try observable(store)
             let error = #expect(throws: StrataError.self, "\(name)") { try sync.merge(delta) }
             #expect(error?.code == code, "\(name): \(error.map(String.init(describing:)) ?? "-")")
