@@ -418,7 +418,12 @@ public final class Environment: @unchecked Sendable {
     /// The bytes in use: pages up to the last one written.
     package var usedBytes: Int {
         let i = info()
-        return i.me_mapsize == 0 ? 0 : (i.me_last_pgno + 1) * pageSize
+        guard i.me_mapsize != 0 else { return 0 }
+        // The last page number comes from the file: a damaged meta page may hold any number
+        // (2^60 was seen), and the product must saturate, not trap.
+        let (pages, o1) = i.me_last_pgno.addingReportingOverflow(1)
+        let (bytes, o2) = pages.multipliedReportingOverflow(by: pageSize)
+        return o1 || o2 ? Int.max : bytes
     }
 
     /// Environment info; zeros once closed. `locked`: the caller holds the resize lock

@@ -165,3 +165,10 @@ extension StrataError {
 package func strataErrors<R>(_ body: () throws -> R) throws(StrataError) -> R {
     do { return try body() } catch { throw StrataError(wrapping: error) }
 }
+
+/// An alert shows `localizedDescription`: it is the error's message, which says what was wrong
+/// and what to do.
+extension StrataError: LocalizedError {
+    public var errorDescription: String? { message }
+}
+

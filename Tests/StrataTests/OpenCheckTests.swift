@@ -85,6 +85,33 @@ import Testing
         }
     }
 
+    /// A newer meta page whose last page number is 2^60 (issue 36): the check refuses it, and
+    /// without the check the open still ends in an error or a working store, never a trap (the
+    /// used size it implies saturates instead of overflowing).
+    @Test(arguments: [OpenCheck.none, .quick])
+    func aLastPageOf2To60IsNeverATrap(_ check: OpenCheck) throws {
+        try withTemporaryFolder { path in
+            try Self.makeStore(path)
+            var b = try Self.bytes(path)
+            let used = try #require(try PageValidator.validate(path: path).usedMeta)
+            // MDB_meta after the 16-byte page header: magic, version, address, map size, the two
+            // database records (48 bytes each), then the last page number.
+            let lastPage = UInt64(1) << 60
+            for k in 0..<8 { b[used * 4096 + 136 + k] = UInt8(lastPage >> (8 * UInt64(k)) & 0xFF) }
+            try Self.write(b, path)
+            var options = StoreOptions()
+            options.checkAtOpen = check
+            do {
+                let store = try Store(path: path, options: options)
+                _ = try? store.read { try $0.count("tasks") }
+                store.close()
+                #expect(check == .none, "the quick check let a last page of 2^60 through")
+            } catch {
+                if check == .quick { #expect((error as? StrataError)?.code == .corruptStore, "\(error)") }
+            }
+        }
+    }
+
     @Test(arguments: Damage.allCases, [OpenCheck.quick, .full])
     func aDamagedStoreIsCorruptStoreAndNeverReachesLMDB(_ damage: Damage, _ check: OpenCheck) throws {
         try withTemporaryFolder { path in

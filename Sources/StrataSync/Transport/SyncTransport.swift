@@ -316,3 +316,14 @@ extension SyncClient {
         return report
     }
 }
+
+/// `localizedDescription` is the error's description: the reason and the server's words.
+extension ResetRequired: LocalizedError {
+    public var errorDescription: String? { description }
+}
+
+/// `localizedDescription` is the error's description: the reason and the server's words.
+extension BatchRefused: LocalizedError {
+    public var errorDescription: String? { description }
+}
+
