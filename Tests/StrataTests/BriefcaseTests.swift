@@ -271,3 +271,35 @@ import Testing
         }
     }
 }
+
+/// A briefcase is written beside its path and renamed over it; over a device, a FIFO or a
+/// symbolic link that would replace the thing itself (issue 36: `strata export store /dev/stdout`
+/// made `/dev/stdout` a regular file). Those are refused and left as they were; a regular file is
+/// replaced and a new path created.
+@Suite struct BriefcaseTargetTests {
+    @Test func onlyARegularFileOrANewPathIsWritten() throws {
+        try withStore { store, folder in
+            try store.createTable(.fixed("tasks", fields: [.int("id"), .string("title")]))
+            try store.write { try $0.insert("tasks", ["id": 1, "title": "t"]) }
+            let dir = folder + "-targets"
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(atPath: dir) }
+            let fifo = dir + "/fifo", link = dir + "/link", linked = dir + "/linked", regular = dir + "/regular"
+            #expect(mkfifo(fifo, 0o644) == 0)
+            try Data("linked".utf8).write(to: URL(fileURLWithPath: linked))
+            try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: linked)
+            try Data("old".utf8).write(to: URL(fileURLWithPath: regular))
+            for (target, kind) in [(fifo, "a FIFO"), (link, "a symbolic link"), ("/dev/null", "a device"), (dir, "a folder")] {
+                let e = #expect(throws: StrataError.self, "\(target)") { try store.exportBriefcase(to: target) }
+                #expect(e?.code == .invalidOperation && e?.message.contains(kind) == true, "\(String(describing: e))")
+            }
+            var st = stat()
+            #expect(lstat(fifo, &st) == 0 && st.st_mode & S_IFMT == S_IFIFO)
+            #expect(lstat(link, &st) == 0 && st.st_mode & S_IFMT == S_IFLNK)
+            #expect(lstat("/dev/null", &st) == 0 && st.st_mode & S_IFMT == S_IFCHR)
+            #expect(try String(contentsOfFile: linked, encoding: .utf8) == "linked")
+            #expect(try store.exportBriefcase(to: regular).rowCount == 1)
+            #expect(try store.exportBriefcase(to: dir + "/new").rowCount == 1)
+        }
+    }
+}

@@ -264,6 +264,21 @@ extension Store {
 /// (`EFBIG`, with ``FileSizeSignal`` ignoring SIGXFSZ) is ``StrataError/Code/diskFull``.
 func writeFileAtomically(_ bytes: [UInt8], to path: String, what: String) throws(StrataError) {
     FileSizeSignal.ignore()
+    // The file is written beside `path` and renamed over it: over a device, a FIFO, a socket or
+    // a symbolic link that would replace the thing itself with a regular file (`/dev/stdout`
+    // became one, run as root). Only a regular file or a new path is written.
+    var st = stat()
+    if lstat(path, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
+        let kind = switch st.st_mode & S_IFMT {
+        case S_IFLNK: "a symbolic link"
+        case S_IFDIR: "a folder"
+        case S_IFCHR, S_IFBLK: "a device"
+        case S_IFIFO: "a FIFO"
+        case S_IFSOCK: "a socket"
+        default: "not a regular file"
+        }
+        throw StrataError(.invalidOperation, "cannot write \(what) to '\(path)': it is \(kind); give the path of a regular file, or a new one")
+    }
     let temporary = path + ".strata-tmp"
     func failure(_ error: Int32, _ action: String) -> StrataError {
         if error == ENOSPC || error == EFBIG || error == EDQUOT {
