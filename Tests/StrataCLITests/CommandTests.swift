@@ -208,6 +208,12 @@ func json(_ text: String) throws -> Any {
             try raiseFormatVersion(newer)
             let r = try runStrata(["info", newer])
             #expect(r.status == 2 && r.err.contains("newer than this Strata reads"), "\(r.err)")
+            // Salvage too: it would misread a newer format's records (issue 36: it exited 0).
+            let salvaged = newer + "-salvaged"
+            defer { try? FileManager.default.removeItem(atPath: salvaged) }
+            let s = try runStrata(["salvage", newer, salvaged])
+            #expect(s.status != 0 && s.err.contains("newer than this Strata reads"), "\(s.status) \(s.err)")
+            #expect(!FileManager.default.fileExists(atPath: salvaged + "/data.mdb"))
         }
     }
 

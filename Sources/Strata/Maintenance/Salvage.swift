@@ -149,6 +149,15 @@ extension Store {
             else {
                 throw StrataError(.corruptRecord, "no readable schema catalog in '\(damaged)': the meta pages are damaged, so nothing can be salvaged")
             }
+            // A newer Strata's store may hold records this one would misread: refused, as every
+            // other way in refuses it. (A format entry damaged past any real version is damage,
+            // not a newer store, and salvage goes on.)
+            if let f = meta.entries[MetaKey.format], f.count == 8 {
+                let format = RawPages.u64be(f)
+                if format > Store.formatVersion && format <= 1000 {
+                    throw StrataError(.formatVersion, "the store at '\(damaged)' has format \(format), newer than this Strata reads (\(Store.formatVersion)); salvage it with a Strata that reads it")
+                }
+            }
             let catalog = try withBytes(catalogBytes) { (b) throws(StrataError) in try Catalog(decoding: b, version: meta.catalogVersion) }
             report.horizon = meta.horizon
 
