@@ -43,11 +43,14 @@ final class PagingTransport: SyncTransport {
         served.add(1, ordering: .relaxed)
         let all = rows
         let slice = all[min(index * pageSize, all.count)..<min((index + 1) * pageSize, all.count)]
-        var tables: [TableDelta] = []
+        // A snapshot page lists every table, rows or not, as `strata-server` does: a table it
+        // leaves out is not part of the snapshot, and its rows would not be swept.
+        var tables: [TableDelta] = delta.mode == .snapshot ? delta.tables.map { TableDelta($0.table) } : []
         for (table, upsert, delete) in slice {
-            if tables.last?.table != table { tables.append(TableDelta(table)) }
-            if let upsert { tables[tables.count - 1].upserts.append(upsert) }
-            if let delete { tables[tables.count - 1].deletes.append(delete) }
+            if !tables.contains(where: { $0.table == table }) { tables.append(TableDelta(table)) }
+            let i = tables.firstIndex { $0.table == table }!
+            if let upsert { tables[i].upserts.append(upsert) }
+            if let delete { tables[i].deletes.append(delete) }
         }
         let last = index + 1 >= pageCount
         var page = delta

@@ -40,7 +40,7 @@ extension SyncClient {
             for table in try snap.tables {
                 var onlyInserts = true
                 try snap.forEachRow(table.name, includingDeleted: true) { row in
-                    onlyInserts = row.status == .inserted
+                    if row.status != .inserted { onlyInserts = false }
                     return onlyInserts
                 }
                 if !onlyInserts { return false }
