@@ -15,11 +15,15 @@ final class PagingTransport: SyncTransport {
     let served = Atomic<Int>(0)
     /// From this page number on (0-based), every fetch fails with `io`.
     let failFrom: Int?
+    /// An incremental pull is answered with `ResetRequired`: the server lost this client's
+    /// history, and the (snapshot) delta is what it holds now.
+    let asksForReset: Bool
 
-    init(_ delta: ServerDelta, pageSize: Int, failFrom: Int? = nil) {
+    init(_ delta: ServerDelta, pageSize: Int, failFrom: Int? = nil, asksForReset: Bool = false) {
         self.delta = delta
         self.pageSize = pageSize
         self.failFrom = failFrom
+        self.asksForReset = asksForReset
     }
 
     /// The rows in order: (table, an upsert or a delete).
@@ -38,6 +42,7 @@ final class PagingTransport: SyncTransport {
     func pullPage(_ cursor: PullCursor) async throws -> PulledPage {
         // A store already at the delta's anchor gets an empty page.
         if cursor.since == delta.anchor { return PulledPage(delta: ServerDelta(since: delta.anchor, anchor: delta.anchor, tables: []), next: nil) }
+        if asksForReset && cursor.since != nil { throw ResetRequired(.anchorExpired, message: "history pruned") }
         let index = cursor.until == nil ? 0 : Int(cursor.after!)!
         if let failFrom, index >= failFrom { throw StrataError(.io, "the network is gone (page \(index))") }
         served.add(1, ordering: .relaxed)
@@ -101,6 +106,9 @@ final class PagingTransport: SyncTransport {
         for id in Set((0..<random.below(120)).map { _ in Int64(1 + random.below(80)) }).sorted() {
             if !snapshot && random.below(5) == 0 {
                 deletes.append(RowKey(.int(id)))
+            } else if random.below(3) == 0 {
+                // The row as `prepare` confirmed it: nothing for a merge or a reset to change.
+                upserts.append(ServerRow(["id": .int(id), "title": .string("s\(id)")]))
             } else {
                 upserts.append(ServerRow(["id": .int(id), "title": .string("server \(id) \(random.below(3))"), "priority": .int(Int64(random.below(3)))], timestamp: Date(timeIntervalSince1970: 1000)))
             }
@@ -174,6 +182,81 @@ final class PagingTransport: SyncTransport {
                     #expect(broken.served.load(ordering: .relaxed) + healed.served.load(ordering: .relaxed) == pages,
                             "trial \(trial): \(pages) pages, stopped at \(stopAt), then \(healed.served.load(ordering: .relaxed)) fetched")
                     _ = try await SyncClient(store: reference).sync(with: PagingTransport(delta, pageSize: pageSize))
+                    #expect(try Self.state(store) == Self.state(reference), "trial \(trial)")
+                }
+            }
+        }
+    }
+
+    /// A client reset streamed page by page (each page in its own transaction, the rows no page
+    /// names swept after the last) leaves the store as a reset with the whole snapshot in hand:
+    /// over page sizes, keeping or discarding local edits, a batch in flight or not, and server
+    /// rows gone from the snapshot.
+    @Test func aStreamedResetEqualsAOneShotReset() async throws {
+        var random = SplitMix64(seed: testSeed("aStreamedResetEqualsAOneShotReset"))
+        for trial in 0..<60 {
+            let keep = random.below(2) == 0
+            let pageSize = 1 + random.below(25)
+            let inFlight = random.below(2) == 0
+            let snapshot = Self.delta(&random, snapshot: true)
+            let seed = random.next()
+            try await withStoreAsync { streamed in
+                try await withStoreAsync { whole in
+                    for store in [streamed, whole] {
+                        var r = SplitMix64(seed: seed)
+                        try Self.prepare(store, &r, serverRows: true, anchored: true)
+                        if inFlight, let batch = try SyncClient(store: store).nextBatch(maxRows: 3) { try SyncClient(store: store).markSent(batch) }
+                    }
+                    let transport = PagingTransport(snapshot, pageSize: pageSize, asksForReset: true)
+                    let report = try await SyncClient(store: streamed).sync(with: transport, maxBatchRows: 1, onReset: keep ? .keepLocalChanges : .discardLocalChanges)
+                    let other = SyncClient(store: whole)
+                    // `sync` sends a batch in flight first, and the server takes it.
+                    if let (batch, _) = try other.inFlightBatch() { try other.acknowledge(try await transport.push(batch)) }
+                    let applied = try other.reset(with: snapshot, keepLocalChanges: keep).rowsApplied
+                    while let batch = try other.nextBatch(maxRows: 1) { try other.acknowledge(try await transport.push(batch)) }
+                    let context = "trial \(trial): keep \(keep), in flight \(inFlight), pages of \(pageSize)"
+                    #expect(try Self.state(streamed) == Self.state(whole), "\(context)")
+                    #expect(report.reset?.merge.rowsApplied == applied, "\(context)")
+                    #expect(transport.served.load(ordering: .relaxed) == transport.pageCount, "\(context)")
+                }
+            }
+        }
+    }
+
+    /// A client reset that stops at a random page resumes at the next page in the next sync,
+    /// whatever that sync's `onReset` (the store holds part of the snapshot): it fetches no page
+    /// twice, the anchor stays until the last page, and the store ends as after a reset that
+    /// never stopped.
+    @Test func aResetThatStopsResumesAtTheNextPage() async throws {
+        var random = SplitMix64(seed: testSeed("aResetThatStopsResumesAtTheNextPage"))
+        for trial in 0..<30 {
+            let snapshot = Self.delta(&random, snapshot: true)
+            let pageSize = 1 + random.below(10)
+            let pages = PagingTransport(snapshot, pageSize: pageSize).pageCount
+            let stopAt = random.below(pages + 1)
+            let seed = random.next()
+            try await withStoreAsync { store in
+                try await withStoreAsync { reference in
+                    for s in [store, reference] {
+                        var r = SplitMix64(seed: seed)
+                        try Self.prepare(s, &r, serverRows: true, anchored: true)
+                    }
+                    let sync = SyncClient(store: store)
+                    let broken = PagingTransport(snapshot, pageSize: pageSize, failFrom: stopAt, asksForReset: true)
+                    if stopAt < pages {
+                        await #expect(throws: StrataError.self) { try await sync.sync(with: broken, maxAttempts: 1, maxBatchRows: 1) }
+                        #expect(try sync.anchor() == "a0", "trial \(trial): the anchor moves only with the last page")
+                    } else {
+                        _ = try await sync.sync(with: broken, maxAttempts: 1, maxBatchRows: 1)
+                    }
+                    let healed = PagingTransport(snapshot, pageSize: pageSize, asksForReset: true)
+                    // A reset in progress goes on even when the app now says `.fail`.
+                    let inProgress = stopAt > 0 && stopAt < pages
+                    let report = try await sync.sync(with: healed, maxBatchRows: 1, onReset: inProgress ? .fail : .keepLocalChanges)
+                    #expect(stopAt == pages || report.reset != nil, "trial \(trial): the resumed reset is reported")
+                    #expect(broken.served.load(ordering: .relaxed) + healed.served.load(ordering: .relaxed) == pages,
+                            "trial \(trial): \(pages) pages, stopped at \(stopAt), then \(healed.served.load(ordering: .relaxed)) fetched")
+                    _ = try await SyncClient(store: reference).sync(with: PagingTransport(snapshot, pageSize: pageSize, asksForReset: true), maxBatchRows: 1)
                     #expect(try Self.state(store) == Self.state(reference), "trial \(trial)")
                 }
             }

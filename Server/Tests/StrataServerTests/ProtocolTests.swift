@@ -422,4 +422,40 @@ struct ProtocolTests {
         }
         #expect(try await t.pull(since: "11").tables.isEmpty)
     }
+
+    /// A client reset against strata-server, streamed in pages of three: the rows deleted on
+    /// the server while the client was away are swept, the rows changed come in, and the local
+    /// edit made meanwhile survives and goes up. Keys 1…25 put the JSON text order the server
+    /// pages in ("[10]" before "[2]") against the store's key order.
+    @Test func aClientResetStreamsPageByPage() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
+        let (store, path) = try makeStore()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let phone = HTTPSyncTransport(server: server.url, token: try db.token(for: store.clientID), pageSize: 3)
+        let other = HTTPSyncTransport(server: server.url, token: try db.token(for: "other"), pageSize: 3)
+        _ = try await other.push(Self.batch("other", 1, (1...25).map { Self.insert($0, "t\($0)") }))
+        let client = SyncClient(store: store)
+        _ = try await client.sync(with: phone)
+        #expect(try storeRows(store).count == 25)
+        // While the phone is away: rows deleted and changed on the server, its history pruned.
+        let gone: [Int64] = [2, 10, 17, 25]
+        _ = try await other.push(Self.batch("other", 2, gone.map { id in
+            RowChange(table: "tasks", key: RowKey(.int(id)), kind: .delete, originals: ["title": .string("t\(id)"), "priority": 0, "done": false])
+        } + [RowChange(table: "tasks", key: 3, kind: .update, values: ["title": "three"], originals: ["title": "t3"])]))
+        let latest = try db.sql("SELECT max(version) FROM strata_rows").trimmingCharacters(in: .whitespacesAndNewlines)
+        let r = try run(productsFolder().appendingPathComponent("strata-server").path, ["prune", "--database-url", db.url, "--through", latest])
+        #expect(r.status == 0, "\(r.err)")
+        try await store.write { tx in try tx.update("tasks", key: 4, ["title": "mine"]) }
+        let report = try await client.sync(with: phone)
+        #expect(report.reset?.reason == .anchorExpired)
+        #expect(report.batches == 1)
+        let onServer = try await serverRows(server.url, token: try db.token(for: "other"))
+        #expect(try storeRows(store) == onServer)
+        let titles = try await store.read { snap in try snap.rows("tasks").map { ($0.key, $0["title"]) } }
+        #expect(titles.count == 21)
+        #expect(titles.contains { $0.0 == 3 && $0.1 == "three" } && titles.contains { $0.0 == 4 && $0.1 == "mine" })
+        #expect(try await store.read { try $0.pendingRows() }.isEmpty)
+    }
 }

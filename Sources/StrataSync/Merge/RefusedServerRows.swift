@@ -97,6 +97,16 @@ extension SyncClient {
         guard updated != list else { return }
         try tx.setProperty(refusedServerRowsProperty, updated.isEmpty ? nil : .bytes(Array(try WireFormat.encoder.encode(updated))))
     }
+
+    /// After the last page of a snapshot merged page by page: the entries of `tables` that no
+    /// page of it refused (their anchor is not the snapshot's) go, as a whole snapshot's merge
+    /// drops them; its pages took off the entries of rows they named.
+    static func dropRefusedServerRows(of tables: Set<String>, exceptAnchor anchor: String, _ tx: Transaction) throws {
+        let list = try refusedServerRows(tx.snapshot)
+        let kept = list.filter { !tables.contains($0.table) || $0.anchor == anchor }
+        guard kept != list else { return }
+        try tx.setProperty(refusedServerRowsProperty, kept.isEmpty ? nil : .bytes(Array(try WireFormat.encoder.encode(kept))))
+    }
 }
 
 /// Thrown out of a merge's transaction when one server row breaks the store's rules: the merge

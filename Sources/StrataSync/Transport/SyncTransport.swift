@@ -237,14 +237,18 @@ extension SyncClient {
                 return try await body()
             } catch let asked as ResetRequired {
                 guard onReset != .fail, report.reset == nil else { throw asked }
-                progress?(SyncProgress(phase: .pull, status: .inProgress))
-                let snapshot = try await attempt(.pull) { try await transport.pull(since: nil) }
-                progress?(SyncProgress(phase: .pull, status: .ok))
-                let keep = onReset == .keepLocalChanges
-                let merged = try reset(with: snapshot, keepLocalChanges: keep)
-                report.reset = ClientResetReport(reason: asked.reason, message: asked.message, keptLocalChanges: keep, merge: merged)
+                report.reset = try await streamReset(asked: asked, keepLocalChanges: onReset == .keepLocalChanges, fetch: fetchPage, progress: progress)
                 return nil
             }
+        }
+        func fetchPage(_ cursor: PullCursor) async throws -> PulledPage {
+            try await attempt(.pull) { try await transport.pullPage(cursor) }
+        }
+
+        // A client reset that stopped before its last page goes on first, whatever `onReset`
+        // says now: the store holds part of the snapshot.
+        if try await store.read({ try Self.resetProgress($0) }) != nil {
+            report.reset = try await streamReset(asked: nil, keepLocalChanges: true, fetch: fetchPage, progress: progress)
         }
 
         var renumbered = 0
@@ -285,7 +289,7 @@ extension SyncClient {
             progress?(SyncProgress(phase: .pull, status: .inProgress))
             // Page by page, each merged as it arrives (`SyncClient+Pull.swift`).
             let merged = try await resettingIfAsked {
-                try await pullAndMerge(transport, fetch: { cursor in try await attempt(.pull) { try await transport.pullPage(cursor) } }, progress: progress)
+                try await pullAndMerge(transport, fetch: fetchPage, progress: progress)
             }
             if let merged {
                 progress?(SyncProgress(phase: .pull, status: .ok))
