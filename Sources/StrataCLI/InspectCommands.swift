@@ -275,27 +275,113 @@ struct HistoryCommand: ParsableCommand {
 struct PendingCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pending",
-        abstract: "Show what the next upload would carry: each pending row's coalesced change, in upload order.",
-        discussion: "Example:\n  strata pending store --json"
+        abstract: "Show what the next upload would carry: each pending row's coalesced change, in upload order; then the rows held back, and why.",
+        discussion: """
+            A pending row is held back while it holds a conflict (settle it with `strata resolve`) or after the server set it aside (the app retries or discards it). A batch in flight goes up again first at the next sync.
+            Example:
+              strata pending store
+              strata pending store --json
+              strata pending store --held-back --json
+            """
     )
     @OptionGroup var target: StoreArgument
+    @Flag(name: .customLong("held-back"), help: "List only the pending rows held back from uploads, and why.")
+    var heldBack = false
     @OptionGroup var output: OutputOptions
+
+    /// A pending row that no upload carries until it is settled.
+    struct HeldBack: Encodable {
+        var table: String
+        var key: [Value]
+        /// `conflict` or `setAside`.
+        var reason: String
+        /// Why, in words, and what settles it.
+        var detail: String
+    }
 
     func run() throws {
         try reportingErrors {
+            let store = try target.open()
+            // Ordered as `strata sync` uploads: by the associations `strata create` stored.
+            let sync = SyncClient(store: store, associations: try StoredAssociations.read(store))
+            if heldBack {
+                let rows = try held(sync)
+                if output.json { return try printJSON(rows) }
+                for r in rows { print("\(r.table) \(RowKey(r.key)): \(r.detail)") }
+                if rows.isEmpty { print("(nothing held back)") }
+                return
+            }
             // Printed as they are read: memory stays flat however many rows are pending.
             var json = output.json ? JSONArrayPrinter() : nil
             var count = 0
-            let store = try target.open()
-            // Ordered as `strata sync` uploads: by the associations `strata create` stored.
-            try SyncClient(store: store, associations: try StoredAssociations.read(store)).forEachPendingChange { c in
+            try sync.forEachPendingChange { c in
                 count += 1
                 if json != nil { return try json!.add(c) }
                 let values = c.values.sorted { $0.key < $1.key }.map { "\($0.key) = \(displayValue($0.value))" }
                 let originals = c.originals.sorted { $0.key < $1.key }.map { "\($0.key) was \(displayValue($0.value))" }
                 print("\(c.kind) \(c.table) \(c.key): \((values + originals).joined(separator: ", "))")
             }
-            if let json { json.finish() } else if count == 0 { print("(nothing to upload)") }
+            if let json { return json.finish() }
+            if count == 0 { print("(nothing to upload)") }
+            let rows = try held(sync)
+            if !rows.isEmpty {
+                print("held back (no upload carries them until they are settled):")
+                for r in rows { print("  \(r.table) \(RowKey(r.key)): \(r.detail)") }
+            }
+            if let (batch, state) = try sync.inFlightBatch() {
+                print("in flight: batch \(batch.id), \(batch.changes.count) rows, \(state == .sent ? "sent, its answer lost" : "not sent yet"); the next sync sends it first")
+            }
+        }
+    }
+
+    /// The pending rows held back: conflicted, then set aside by the server.
+    private func held(_ sync: SyncClient) throws -> [HeldBack] {
+        let conflicts = try sync.conflicts().map { c in
+            let fields = c.fields.map { "\($0) (local \(displayValue(c.local[$0] ?? .null)), server \(displayValue(c.server[$0] ?? .null)))" }
+            let what = c.isDeletedLocally ? "deleted here, changed on the server" : c.isDeletedOnServer ? "changed here, deleted on the server" : "in conflict"
+            return HeldBack(table: c.table, key: c.key.values, reason: "conflict", detail: """
+                \(what): \(fields.joined(separator: ", ")); settle it with `strata resolve \(target.store) \(c.table) \(keyArgument(c.key)) --local` (or --server)
+                """)
+        }
+        let setAside = try sync.rejectedRows().map { r in
+            HeldBack(table: r.table, key: r.key.values, reason: "setAside", detail: """
+                set aside by the server (\(r.kind) in batch \(r.batchID)): \(r.reason); the app retries it (retryRejected) or discards it (discardRejected)
+                """)
+        }
+        return conflicts + setAside
+    }
+}
+
+struct ResolveCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "resolve",
+        abstract: "Settle a row's conflict: keep the local values of its conflicting fields, or take the server's.",
+        discussion: """
+            As `SyncClient.resolve(_:key:with:)`: only the fields in conflict are decided; other local edits stay pending. With --local the row's values go up at the next sync.
+            Example:
+              strata resolve store tasks 7 --local
+              strata resolve store pairs 3,abc --server
+            """
+    )
+    @OptionGroup var target: StoreArgument
+    @Argument(help: "The table.") var table: String
+    @Argument(help: "The row's key (commas separate a composite key).") var key: String
+    @Flag(help: "Which side wins the conflicting fields.") var side: Side
+
+    enum Side: String, EnumerableFlag {
+        case local, server
+        static func help(for value: Side) -> ArgumentHelp? {
+            value == .local ? "Keep the local values; they go up at the next sync." : "Take the server's values (for a row the server deleted: remove it)."
+        }
+    }
+
+    func run() throws {
+        try reportingErrors {
+            let store = try target.open()
+            let rowKey = parseKey(key)
+            try SyncClient(store: store).resolve(table, key: rowKey, with: side == .local ? .local : .server)
+            let row = try store.read { try $0.row(table, key: rowKey, includingDeleted: true) }
+            print("resolved \(table) \(rowKey) (\(side.rawValue)): " + (row.map(describe) ?? "the row is gone"))
         }
     }
 }

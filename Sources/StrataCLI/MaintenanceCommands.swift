@@ -152,17 +152,19 @@ struct ReplayCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "replay",
         abstract: "Build a new store from another store's log, up to a point: reproduce a bug as it was.",
-        discussion: "Example:\n  strata replay user-store /tmp/as-of-1200 --until 1200\n  strata replay user-store /tmp/before --until 2026-11-20T17:00:00Z"
+        discussion: "Example:\n  strata replay user-store /tmp/as-of-1200 --through 1200\n  strata replay user-store /tmp/before --through 2026-11-20T17:00:00Z"
     )
     @Argument(help: "The store whose log is replayed.") var source: String
     @Argument(help: "An empty folder for the new store.") var destination: String
-    @Option(help: "The last LSN to replay, or an ISO 8601 time (the last operation at or before it).") var until: String?
+    // `--through`, as `Store.replay(into:through:)` says it; `--until` is the name it had first.
+    @Option(name: [.customLong("through"), .customLong("until")], help: "The last LSN to replay, or an ISO 8601 time (the last operation at or before it). --until is another name for it.")
+    var through: String?
     @Flag(name: .customLong("no-check"), help: "Skip the check of every page of the source store's file that runs before it is opened.")
     var noCheck = false
 
     func validate() throws {
-        if let until, UInt64(until) == nil, (try? Date(until, strategy: .iso8601)) == nil {
-            throw ValidationError("--until takes an LSN or an ISO 8601 time, not '\(until)'")
+        if let through, UInt64(through) == nil, (try? Date(through, strategy: .iso8601)) == nil {
+            throw ValidationError("--through takes an LSN or an ISO 8601 time, not '\(through)'")
         }
     }
 
@@ -174,11 +176,11 @@ struct ReplayCommand: ParsableCommand {
             let store = try Store(path: source, options: options)
             defer { store.close() }
             var lsn = UInt64.max
-            if let until {
-                if let n = UInt64(until) {
+            if let through {
+                if let n = UInt64(through) {
                     lsn = n
                 } else {
-                    let time = try Date(until, strategy: .iso8601)
+                    let time = try Date(through, strategy: .iso8601)
                     lsn = 0
                     try store.read { snap in
                         try snap.forEachOperation { e in

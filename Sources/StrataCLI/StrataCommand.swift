@@ -16,7 +16,7 @@ struct StrataCommand: AsyncParsableCommand {
         version: "0.1.0",
         subcommands: [
             DemoCommand.self, InfoCommand.self, ShowCommand.self, LogCommand.self, HistoryCommand.self,
-            PendingCommand.self, ConflictsCommand.self, MergeCommand.self, CompactCommand.self, RebuildCommand.self,
+            PendingCommand.self, ConflictsCommand.self, ResolveCommand.self, MergeCommand.self, CompactCommand.self, RebuildCommand.self,
             VerifyCommand.self, CheckCommand.self, SalvageCommand.self, ReplayCommand.self, ExportCommand.self, ImportCommand.self, CopyCommand.self,
             BenchCommand.self, CreateCommand.self, SyncCommand.self,
         ]

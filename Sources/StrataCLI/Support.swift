@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Strata
+import StrataSync
 import Synchronization
 
 /// The store a command works on.
@@ -159,6 +160,34 @@ struct EntryJSON: Encodable {
     var table: String
     var key: [Value]
     var changes: [String: [String: Value]]
+    /// A server operation's merge audit; absent for other operations.
+    var audit: AuditJSON?
+
+    struct AuditJSON: Encodable {
+        var anchor: String
+        var serverVersion: String?
+        var conflict: String?
+        var resolution: String?
+        var policy: String?
+        var decisions: [Decision]
+
+        struct Decision: Encodable {
+            var field: String
+            var base: Value?
+            var local: Value
+            var server: Value
+            var outcome: String
+        }
+
+        init(_ a: MergeAudit) {
+            anchor = a.anchor
+            serverVersion = a.serverVersion
+            conflict = a.conflict.map { "\($0)" }
+            resolution = a.resolution?.rawValue
+            policy = a.policy?.rawValue
+            decisions = a.decisions.map { Decision(field: $0.field, base: $0.base, local: $0.local, server: $0.server, outcome: "\($0.outcome)") }
+        }
+    }
 
     init(_ e: LogEntry) {
         lsn = e.lsn
@@ -169,6 +198,7 @@ struct EntryJSON: Encodable {
         table = e.table
         key = e.key.values
         changes = Dictionary(uniqueKeysWithValues: e.changes.map { ($0.field, ["current": $0.current, "original": $0.original]) })
+        audit = e.origin == .server ? MergeAudit(e).map(AuditJSON.init) : nil
     }
 }
 
@@ -176,6 +206,20 @@ struct EntryJSON: Encodable {
 /// for a composite key.
 func parseKey(_ text: String) -> RowKey {
     RowKey(text.split(separator: ",", omittingEmptySubsequences: false).map { parseValue(String($0)) })
+}
+
+/// A key as the command line takes it (`parseKey`): its values, commas between them.
+func keyArgument(_ key: RowKey) -> String {
+    key.values.map { v in
+        switch v {
+        case .string(let s): s
+        case .int(let i): String(i)
+        case .double(let d): String(d)
+        case .bool(let b): String(b)
+        case .null: "null"
+        default: v.description
+        }
+    }.joined(separator: ",")
 }
 
 /// Parses a value given on the command line: `null`, `true`/`false`, an integer, a decimal, or text.
@@ -237,11 +281,24 @@ func describe(_ row: Row) -> String {
     return "\(row.table) \(row.key) [\(row.status.rawValue)\(row.isConflicted ? ", conflicted" : "")] {\(fields.joined(separator: ", "))}"
 }
 
-/// A one-line text rendering of a log entry.
+/// A text rendering of a log entry: one line, and under a server operation its merge audit
+/// (what the server sent, what was local, and what was chosen, field by field).
 func describe(_ e: LogEntry) -> String {
     let fields = e.changes.map { c in "\(c.field) = \(displayValue(c.current))\(c.isChanged ? " (server: \(displayValue(c.original)))" : "")" }
     let when = e.timestamp.formatted(.iso8601)
-    return "\(e.lsn)  \(when)  \(e.origin == .local ? "local " : "server")  \(e.kind)  \(e.table) \(e.key)\(fields.isEmpty ? "" : ": " + fields.joined(separator: ", "))"
+    let line = "\(e.lsn)  \(when)  \(e.origin == .local ? "local " : "server")  \(e.kind)  \(e.table) \(e.key)\(fields.isEmpty ? "" : ": " + fields.joined(separator: ", "))"
+    guard e.origin == .server, let audit = MergeAudit(e) else { return line }
+    var head = "    merged from delta \(audit.anchor)"
+    if let v = audit.serverVersion { head += ", server version \(v)" }
+    if let c = audit.conflict {
+        head += ", conflict (\(c))"
+        if let r = audit.resolution { head += " resolved \(r.rawValue)" }
+        if let p = audit.policy { head += " by policy \(p.rawValue)" }
+    }
+    let decisions = audit.decisions.map { d in
+        "      \(d.field): base \(d.base.map(displayValue) ?? "none"), local \(displayValue(d.local)), server \(displayValue(d.server)) → \(d.outcome)"
+    }
+    return ([line, head] + decisions).joined(separator: "\n")
 }
 
 /// A progress bar on standard error, drawn only when standard error is a terminal (so scripts

@@ -107,6 +107,30 @@ func json(_ text: String) throws -> Any {
         }
     }
 
+    /// `pending` names the rows it holds back and why (with the command that settles a
+    /// conflict), and `resolve` settles one: the row then goes up with the next upload.
+    @Test func pendingNamesWhatItHoldsBackAndResolveSettlesIt() throws {
+        try withPreparedStore { path, store in
+            try SyncClient(store: store).markSent(try #require(try SyncClient(store: store).nextBatch(maxRows: 1)))
+            let text = try runStrata(["pending", path])
+            #expect(text.status == 0, "\(text.err)")
+            #expect(text.out.contains("held back (no upload carries them until they are settled):"), "\(text.out)")
+            #expect(text.out.contains(#"tasks 3: in conflict: title (local "mine", server "theirs"); settle it with `strata resolve \#(path) tasks 3 --local`"#), "\(text.out)")
+            #expect(text.out.contains("in flight: batch ") && text.out.contains("1 rows, sent, its answer lost"), "\(text.out)")
+            let held = try #require(try json(try runStrata(["pending", path, "--held-back", "--json"]).out) as? [[String: Any]])
+            #expect(held.count == 1 && held[0]["reason"] as? String == "conflict" && held[0]["table"] as? String == "tasks")
+            let bad = try runStrata(["resolve", path, "tasks", "3"])
+            #expect(bad.status == 64, "a side is needed: \(bad.err)")
+            let notConflicted = try runStrata(["resolve", path, "tasks", "1", "--local"])
+            #expect(notConflicted.status == 2 && notConflicted.err.contains("holds no conflict"), "\(notConflicted.err)")
+            let r = try runStrata(["resolve", path, "tasks", "3", "--local"])
+            #expect(r.status == 0 && r.out.contains("resolved tasks 3 (local)") && r.out.contains("mine"), "\(r.out) \(r.err)")
+            #expect(try SyncClient(store: store).conflicts().isEmpty)
+            #expect(try SyncClient(store: store).pendingChanges().contains { $0.key == 3 && $0.values["title"] == "mine" })
+            #expect(try runStrata(["pending", path, "--held-back"]).out.contains("(nothing held back)"))
+        }
+    }
+
     @Test func pendingAndConflicts() throws {
         try withPreparedStore { path, _ in
             let pending = try #require(try json(try runStrata(["pending", path, "--json"]).out) as? [[String: Any]])
@@ -135,6 +159,24 @@ func json(_ text: String) throws -> Any {
         }
     }
 
+    /// `history` and `log` show a server operation's merge audit: the delta, the conflict and
+    /// its resolution, and each field's base, local and server values with the outcome.
+    @Test func historyAndLogShowTheMergeAudit() throws {
+        try withPreparedStore { path, _ in
+            let history = try runStrata(["history", path, "tasks", "3"])
+            #expect(history.status == 0, "\(history.err)")
+            #expect(history.out.contains("merged from delta a1, conflict (fields) resolved deferred by policy deferred"), "\(history.out)")
+            #expect(history.out.contains(#"title: base "t3", local "mine", server "theirs" → conflictDeferred"#), "\(history.out)")
+            let log = try runStrata(["log", path, "--table", "tasks", "--key", "3", "--json"])
+            let entries = try #require(try json(log.out) as? [[String: Any]], "\(log.err)")
+            let audits = entries.compactMap { $0["audit"] as? [String: Any] }
+            #expect(audits.count == 1 && entries.filter { $0["origin"] as? String == "local" }.allSatisfy { $0["audit"] == nil })
+            let title = (audits.first?["decisions"] as? [[String: Any]])?.first { $0["field"] as? String == "title" }
+            #expect(title?["outcome"] as? String == "conflictDeferred" && (title?["server"] as? [String: String]) == ["string": "theirs"], "\(log.out)")
+            #expect(audits.first?["anchor"] as? String == "a1" && audits.first?["policy"] as? String == "deferred")
+        }
+    }
+
     @Test func maintenanceCommands() throws {
         try withPreparedStore { path, _ in
             #expect(try runStrata(["verify", path]).status == 0)
@@ -142,8 +184,13 @@ func json(_ text: String) throws -> Any {
             let replay = path + "-replay"
             let copy = path + "-copy"
             defer { for p in [replay, copy] { try? FileManager.default.removeItem(atPath: p) } }
-            let r = try runStrata(["replay", path, replay, "--until", "8"])
+            let r = try runStrata(["replay", path, replay, "--through", "8"])
             #expect(r.status == 0 && r.out.contains("replayed 8 operations"), "\(r.err)")
+            // `--until`, the option's first name, still works.
+            let alias = path + "-replay-until"
+            defer { try? FileManager.default.removeItem(atPath: alias) }
+            let u = try runStrata(["replay", path, alias, "--until", "7"])
+            #expect(u.status == 0 && u.out.contains("replayed 7 operations"), "\(u.err)")
             let replayed = try #require(try json(try runStrata(["show", replay, "tasks", "--json"]).out) as? [[String: Any]])
             #expect(replayed.count == 4 && replayed.allSatisfy { $0["status"] as? String == "unchanged" })
             #expect(try runStrata(["copy", path, copy, "--compact"]).status == 0)
@@ -238,7 +285,7 @@ func json(_ text: String) throws -> Any {
     }
 
     @Test func everyCommandHasHelpWithAnExample() throws {
-        for command in ["demo", "info", "show", "log", "history", "pending", "conflicts", "merge", "rebuild", "verify", "replay", "export", "import", "copy", "bench"] {
+        for command in ["demo", "info", "show", "log", "history", "pending", "conflicts", "resolve", "merge", "rebuild", "verify", "replay", "export", "import", "copy", "bench"] {
             let r = try runStrata([command, "--help"])
             #expect(r.status == 0 && r.out.contains("strata \(command)"), "\(command) --help")
         }

@@ -26,25 +26,33 @@ struct Database: Sendable {
     static let versionLock: Int64 = 0x5354_5241_5441
     static let migrationLock: Int64 = 0x5354_5241_5442
 
-    /// Parses `postgres://user:password@host:port/database`.
-    static func configuration(url: String) throws -> PostgresClient.Configuration {
+    /// Parses `postgres://user:password@host:port/database`: the pool's configuration, and a
+    /// single connection's (for the migration, made before the pool runs).
+    static func configuration(url: String) throws -> (pool: PostgresClient.Configuration, connection: PostgresConnection.Configuration) {
         guard let c = URLComponents(string: url), c.scheme == "postgres" || c.scheme == "postgresql", let host = c.host, !host.isEmpty else {
             throw ServerError("the PostgreSQL URL '\(url)' is not of the form postgres://user:password@host:port/database")
         }
-        var config = PostgresClient.Configuration(
-            host: host, port: c.port ?? 5432, username: c.user ?? "postgres", password: c.password,
-            database: c.path.isEmpty ? nil : String(c.path.dropFirst()), tls: .disable)
-        config.options.maximumConnections = 20
-        return config
+        let database = c.path.isEmpty ? nil : String(c.path.dropFirst())
+        var pool = PostgresClient.Configuration(
+            host: host, port: c.port ?? 5432, username: c.user ?? "postgres", password: c.password, database: database, tls: .disable)
+        pool.options.maximumConnections = 20
+        let connection = PostgresConnection.Configuration(
+            host: host, port: c.port ?? 5432, username: c.user ?? "postgres", password: c.password, database: database, tls: .disable)
+        return (pool, connection)
     }
 
     // MARK: Schema
 
     /// Creates or migrates the server's tables, under an advisory lock so that two processes
     /// starting at once do not race on `CREATE … IF NOT EXISTS`.
-    func migrate() async throws {
+    ///
+    /// It runs on a connection of its own (`connection`), not one of the pool's: the pool's
+    /// `run()` starts in a task beside this one, and a lease before it has started logs a
+    /// warning at every start.
+    func migrate(over connection: PostgresConnection.Configuration) async throws {
         let tablesJSON = String(decoding: try JSONEncoder().encode(tables), as: UTF8.self)
-        try await client.withConnection { c in
+        let c = try await PostgresConnection.connect(configuration: connection, id: 0, logger: logger)
+        do {
             try await c.query("BEGIN", logger: logger)
             do {
                 try await c.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
@@ -98,6 +106,10 @@ struct Database: Sendable {
                 _ = try? await c.query("ROLLBACK", logger: logger)
                 throw error
             }
+            try await c.close()
+        } catch {
+            try? await c.close()
+            throw error
         }
     }
 

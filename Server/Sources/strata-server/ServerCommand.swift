@@ -37,12 +37,13 @@ struct DatabaseOptions: ParsableArguments {
         LoggingSystem.bootstrap(StreamLogHandler.standardError)
         var logger = Logger(label: "strata-server")
         logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .notice
-        let client = PostgresClient(configuration: try Database.configuration(url: try url), backgroundLogger: logger)
+        let config = try Database.configuration(url: try url)
+        let client = PostgresClient(configuration: config.pool, backgroundLogger: logger)
         let db = Database(client: client, tables: tables, logger: logger)
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
-            try await db.migrate()
+            try await db.migrate(over: config.connection)
             return try await body(db)
         }
     }
