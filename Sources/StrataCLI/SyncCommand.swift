@@ -80,7 +80,11 @@ struct SyncCommand: AsyncParsableCommand {
             for c in conflicts { print("conflict: \(c)") }
             for r in refusedRows { print("server row set aside (this store cannot hold it): \(r)") }
             print("push: \(report.batches) batches, \(acknowledged) rows acknowledged, \(pushConflicts) in conflict, \(refused) refused; \(report.retries) retries")
-            print("pending now: \(pending); anchor \(try sync.anchor() ?? "none")")
+            // A pending row still here after the upload is held back (or the upload stopped):
+            // `strata pending` names each one and why.
+            let held = try sync.conflicts().count + sync.rejectedRows().count
+            let note = held == 0 ? "" : " (\(held) held back: `strata pending \(target.store)` says why)"
+            print("pending now: \(pending)\(note); anchor \(try sync.anchor() ?? "none")")
         } catch let e as StrataError {
             FileHandle.standardError.write(Data("strata: \(e.message)\n".utf8))
             throw ExitCode(e.code == .corruptStore ? Exit.damaged : Exit.error)
