@@ -2,7 +2,16 @@ import LMDB
 
 /// The checksum of operation records (format 3 on, see ``RecordFormat``): sealing a record the
 /// write path built, and checking one read from the log as evidence. Format 3's covers the bytes
-/// after it; format 4's also the format byte, so neither layout reads as the other.
+/// after it; format 4's also the format byte, so neither layout reads as the other; format 5's
+/// also the LSN the record is stored under, its key in the log.
+///
+/// Format 5's checksum is the CRC-32C of the format byte and the bytes after the checksum, xor
+/// the CRC-32C of the LSN as 8 bytes big-endian (the log key). CRC-32C is linear, so a key that
+/// changes is caught like a content that changes: two LSNs below 2^32 (or differing only within
+/// any 32 consecutive bits) never share the LSN's term, and a key that lost one byte never goes
+/// unseen. Kept as two terms, rather than one CRC over key and record, so that a damaged record
+/// can be told apart cheaply: the checksum xor its content's CRC is the CRC of the LSN it was
+/// sealed under, which ``status(_:lsn:rules:)`` looks for near the key it is under.
 ///
 /// Not checked in `OperationHeader.init`, which the write path runs several times per edit on
 /// a record it has just built; checked once per record wherever the log is read to rebuild,
@@ -10,39 +19,58 @@ import LMDB
 enum RecordChecksum {
     /// What a record's checksum says.
     enum Status: Equatable {
-        /// A record of format 3 or later whose checksum matches.
+        /// A record of format 5 or later whose checksum matches its content and its LSN.
         case valid
+        /// A record of format 3 or 4 whose checksum matches its content; it does not cover the
+        /// record's LSN (written before format 5, below ``ChecksumRules/lsnCoveredFrom``).
+        case validWithoutLSN
         /// A record written before format 3, which carries no checksum.
         case absent
         /// The record is damaged; says how.
         case damaged(String)
     }
 
-    /// Writes the checksum of the complete record in `record` into its checksum field.
-    static func seal(_ record: inout ByteWriter) {
-        let crc = record.withUnsafeBytes { b in compute(b, format: b[0]) }
+    /// Writes the checksum of the complete record in `record`, to be stored at `lsn`, into its
+    /// checksum field.
+    static func seal(_ record: inout ByteWriter, lsn: UInt64) {
+        let crc = record.withUnsafeBytes { b in compute(b, format: b[0], lsn: lsn) }
         Swift.withUnsafeBytes(of: crc.littleEndian) { src in
             for i in 0..<RecordFormat.checksumSize { record.bytes[1 + i] = src[i] }
         }
     }
 
     /// The status of the operation `record` stored at `lsn`, in a log whose operations carry a
-    /// checksum from LSN `checksumsFrom` on (the `meta` counter of that name).
+    /// checksum from LSN `rules.checksumsFrom` on, and one that covers the LSN from
+    /// `rules.lsnCoveredFrom` on (the `meta` counters of those names).
     ///
     /// - Complexity: O(n) for a record of n bytes.
-    static func status(_ record: UnsafeRawBufferPointer, lsn: UInt64, checksumsFrom: UInt64) -> Status {
+    static func status(_ record: UnsafeRawBufferPointer, lsn: UInt64, rules: ChecksumRules) -> Status {
         guard let format = record.first else { return .damaged("it is empty") }
         switch format {
         case RecordFormat.checksummedFormat...RecordFormat.operationFormat:
             let start = 1 + RecordFormat.checksumSize
             guard record.count >= start else { return .damaged("it is shorter than its checksum") }
             let stored = UInt32(littleEndian: record.loadUnaligned(fromByteOffset: 1, as: UInt32.self))
-            let actual = compute(record, format: format)
-            return stored == actual ? .valid : .damaged("its checksum does not match its content")
+            if format >= RecordFormat.lsnCoveredFormat {
+                let content = contentChecksum(record, format: format)
+                if stored == content ^ lsnChecksum(lsn) { return .valid }
+                if let sealed = sealedLSN(near: lsn, term: stored ^ content) {
+                    return .damaged("its checksum does not cover LSN \(lsn), the key it is stored under: it was sealed as LSN \(sealed), so its key is damaged or it was moved")
+                }
+                return .damaged("its checksum matches neither its content nor its LSN: the record or its key is damaged")
+            }
+            guard stored == contentChecksum(record, format: format) else {
+                return .damaged("its checksum does not match its content")
+            }
+            if lsn >= rules.lsnCoveredFrom {
+                // Written before format 5, or a format-5 record whose format byte was damaged.
+                return .damaged("it has format \(format), whose checksum does not cover its LSN, where every operation from LSN \(rules.lsnCoveredFrom) on has one that does")
+            }
+            return .validWithoutLSN
         case RecordFormat.oldestOperationFormat..<RecordFormat.checksummedFormat:
             // Written before checksums, or a format-3 record whose format byte was damaged.
-            if lsn >= checksumsFrom {
-                return .damaged("it has format \(format), without a checksum, where every operation from LSN \(checksumsFrom) on has one")
+            if lsn >= rules.checksumsFrom {
+                return .damaged("it has format \(format), without a checksum, where every operation from LSN \(rules.checksumsFrom) on has one")
             }
             return .absent
         default:
@@ -52,18 +80,46 @@ enum RecordChecksum {
         }
     }
 
-    /// The checksum of the complete record `record` of format `format`.
-    private static func compute(_ record: UnsafeRawBufferPointer, format: UInt8) -> UInt32 {
+    /// The checksum of the complete record `record` of format `format`, stored at `lsn`.
+    private static func compute(_ record: UnsafeRawBufferPointer, format: UInt8, lsn: UInt64) -> UInt32 {
+        let content = contentChecksum(record, format: format)
+        return format >= RecordFormat.lsnCoveredFormat ? content ^ lsnChecksum(lsn) : content
+    }
+
+    /// The checksum of the record's content: the bytes after the checksum field, from format 4
+    /// on preceded by the format byte.
+    private static func contentChecksum(_ record: UnsafeRawBufferPointer, format: UInt8) -> UInt32 {
         let rest = UnsafeRawBufferPointer(rebasing: record[(1 + RecordFormat.checksumSize)...])
         return format >= RecordFormat.compactFormat ? CRC32C.checksum(format, rest) : CRC32C.checksum(rest)
+    }
+
+    /// The LSN's term of a format-5 checksum: the CRC-32C of its log key.
+    static func lsnChecksum(_ lsn: UInt64) -> UInt32 {
+        Swift.withUnsafeBytes(of: lsn.bigEndian) { CRC32C.checksum($0) }
+    }
+
+    /// The LSN a record whose content is intact was sealed as, when its key `lsn` differs from
+    /// that LSN in one byte (which covers every flipped bit): `term` is the record's checksum
+    /// xor the CRC of its content. `nil` when no such LSN explains it (then the content is
+    /// damaged, or the key in more than one byte). Run only on a record found damaged: 2,040
+    /// CRCs of 8 bytes.
+    private static func sealedLSN(near lsn: UInt64, term: UInt32) -> UInt64? {
+        for shift in stride(from: 0, to: 64, by: 8) {
+            let own = lsn >> UInt64(shift) & 0xFF
+            for byte in UInt64(0)...0xFF where byte != own {
+                let candidate = lsn & ~(0xFF << UInt64(shift)) | byte << UInt64(shift)
+                if candidate > 0, lsnChecksum(candidate) == term { return candidate }
+            }
+        }
+        return nil
     }
 
     /// Throws `corruptRecord`, naming `lsn`, unless `record` is valid or older than checksums.
     /// Returns whether the record carries a checksum.
     @discardableResult
-    static func check(_ record: UnsafeRawBufferPointer, lsn: UInt64, checksumsFrom: UInt64) throws(StrataError) -> Bool {
-        switch status(record, lsn: lsn, checksumsFrom: checksumsFrom) {
-        case .valid: return true
+    static func check(_ record: UnsafeRawBufferPointer, lsn: UInt64, rules: ChecksumRules) throws(StrataError) -> Bool {
+        switch status(record, lsn: lsn, rules: rules) {
+        case .valid, .validWithoutLSN: return true
         case .absent: return false
         case .damaged(let why): throw damaged(lsn, why)
         }
@@ -75,11 +131,28 @@ enum RecordChecksum {
     }
 }
 
+/// Where a store's log must carry checksums, from its `meta` counters (see ``RecordFormat``).
+struct ChecksumRules: Equatable {
+    /// The first LSN whose operation must carry a checksum (format 3 or later).
+    var checksumsFrom: UInt64
+    /// The first LSN whose operation's checksum must also cover its LSN (format 5 or later).
+    var lsnCoveredFrom: UInt64
+
+    /// Every operation must have a checksum that covers its LSN: a store created with store
+    /// format 7 or later.
+    static let everyOperation = ChecksumRules(checksumsFrom: 1, lsnCoveredFrom: 1)
+    /// No operation must: what salvage assumes of a store whose counters it cannot read.
+    static let none = ChecksumRules(checksumsFrom: .max, lsnCoveredFrom: .max)
+}
+
 extension ReadableTransaction {
-    /// The first LSN whose operation must carry a checksum (see ``RecordFormat``): the meta
-    /// counter `checksumsFrom`, set when the store was created or migrated to store format 5;
-    /// 1 (every operation) when it is missing.
-    func checksumsFrom(in views: StoreDatabases) throws(StrataError) -> UInt64 {
-        try metaUInt64(MetaKey.checksumsFrom, in: views) ?? 1
+    /// Where the log must carry checksums (see ``RecordFormat``): the meta counter
+    /// `checksumsFrom`, set when the store was created or migrated to store format 5, and
+    /// `lsnCoveredFrom`, set when it was created or migrated to store format 7; 1 (every
+    /// operation) when missing.
+    func checksumRules(in views: StoreDatabases) throws(StrataError) -> ChecksumRules {
+        ChecksumRules(
+            checksumsFrom: try metaUInt64(MetaKey.checksumsFrom, in: views) ?? 1,
+            lsnCoveredFrom: try metaUInt64(MetaKey.lsnCoveredFrom, in: views) ?? 1)
     }
 }
