@@ -5,13 +5,14 @@ import LMDB
 /// after it; format 4's also the format byte, so neither layout reads as the other; format 5's
 /// also the LSN the record is stored under, its key in the log.
 ///
-/// Format 5's checksum is the CRC-32C of the format byte and the bytes after the checksum, xor
-/// the CRC-32C of the LSN as 8 bytes big-endian (the log key). CRC-32C is linear, so a key that
-/// changes is caught like a content that changes: two LSNs below 2^32 (or differing only within
-/// any 32 consecutive bits) never share the LSN's term, and a key that lost one byte never goes
-/// unseen. Kept as two terms, rather than one CRC over key and record, so that a damaged record
-/// can be told apart cheaply: the checksum xor its content's CRC is the CRC of the LSN it was
-/// sealed under, which ``status(_:lsn:rules:)`` looks for near the key it is under.
+/// Format 5's checksum is the CRC-32C of the LSN as 8 bytes big-endian (the log key), then the
+/// format byte and the bytes after the checksum: the CRC seeded with the key. Key and record are
+/// one message to the CRC, so a damaged key is caught as surely as damaged content, with the
+/// CRC's guarantees over the whole (every error within 32 consecutive bits; so a record stored
+/// under another LSN below 2^32 always fails). A key damaged in one byte is also named: CRC-32C
+/// is linear, so for an intact record the checksum differs from the one computed under the key
+/// it is found at by a term that depends only on how the two LSNs differ, which
+/// ``status(_:lsn:rules:)`` looks up for each one-byte change of the key.
 ///
 /// Not checked in `OperationHeader.init`, which the write path runs several times per edit on
 /// a record it has just built; checked once per record wherever the log is read to rebuild,
@@ -52,14 +53,14 @@ enum RecordChecksum {
             guard record.count >= start else { return .damaged("it is shorter than its checksum") }
             let stored = UInt32(littleEndian: record.loadUnaligned(fromByteOffset: 1, as: UInt32.self))
             if format >= RecordFormat.lsnCoveredFormat {
-                let content = contentChecksum(record, format: format)
-                if stored == content ^ lsnChecksum(lsn) { return .valid }
-                if let sealed = sealedLSN(near: lsn, term: stored ^ content) {
+                let actual = compute(record, format: format, lsn: lsn)
+                if stored == actual { return .valid }
+                if let sealed = sealedLSN(near: lsn, difference: stored ^ actual, after: record.count - RecordFormat.checksumSize) {
                     return .damaged("its checksum does not cover LSN \(lsn), the key it is stored under: it was sealed as LSN \(sealed), so its key is damaged or it was moved")
                 }
-                return .damaged("its checksum matches neither its content nor its LSN: the record or its key is damaged")
+                return .damaged("its checksum does not match its content and LSN \(lsn): the record or its key is damaged")
             }
-            guard stored == contentChecksum(record, format: format) else {
+            guard stored == compute(record, format: format, lsn: lsn) else {
                 return .damaged("its checksum does not match its content")
             }
             if lsn >= rules.lsnCoveredFrom {
@@ -80,35 +81,31 @@ enum RecordChecksum {
         }
     }
 
-    /// The checksum of the complete record `record` of format `format`, stored at `lsn`.
+    /// The checksum of the complete record `record` of format `format`, stored at `lsn`: of the
+    /// bytes after the checksum field, from format 4 on preceded by the format byte, from
+    /// format 5 on by the LSN too.
     private static func compute(_ record: UnsafeRawBufferPointer, format: UInt8, lsn: UInt64) -> UInt32 {
-        let content = contentChecksum(record, format: format)
-        return format >= RecordFormat.lsnCoveredFormat ? content ^ lsnChecksum(lsn) : content
-    }
-
-    /// The checksum of the record's content: the bytes after the checksum field, from format 4
-    /// on preceded by the format byte.
-    private static func contentChecksum(_ record: UnsafeRawBufferPointer, format: UInt8) -> UInt32 {
         let rest = UnsafeRawBufferPointer(rebasing: record[(1 + RecordFormat.checksumSize)...])
+        if format >= RecordFormat.lsnCoveredFormat { return CRC32C.checksum(prefix: lsn, format, rest) }
         return format >= RecordFormat.compactFormat ? CRC32C.checksum(format, rest) : CRC32C.checksum(rest)
     }
 
-    /// The LSN's term of a format-5 checksum: the CRC-32C of its log key.
-    static func lsnChecksum(_ lsn: UInt64) -> UInt32 {
-        Swift.withUnsafeBytes(of: lsn.bigEndian) { CRC32C.checksum($0) }
-    }
-
-    /// The LSN a record whose content is intact was sealed as, when its key `lsn` differs from
-    /// that LSN in one byte (which covers every flipped bit): `term` is the record's checksum
-    /// xor the CRC of its content. `nil` when no such LSN explains it (then the content is
-    /// damaged, or the key in more than one byte). Run only on a record found damaged: 2,040
-    /// CRCs of 8 bytes.
-    private static func sealedLSN(near lsn: UInt64, term: UInt32) -> UInt64? {
-        for shift in stride(from: 0, to: 64, by: 8) {
-            let own = lsn >> UInt64(shift) & 0xFF
-            for byte in UInt64(0)...0xFF where byte != own {
-                let candidate = lsn & ~(0xFF << UInt64(shift)) | byte << UInt64(shift)
-                if candidate > 0, lsnChecksum(candidate) == term { return candidate }
+    /// The LSN an intact format-5 record stored at `lsn` was sealed as, when the two differ in
+    /// one byte (which covers every flipped bit of the key): `difference` is the record's
+    /// checksum xor the one computed for `lsn`, and `count` the bytes the CRC reads after the
+    /// LSN. Two messages of one length differ in CRC by the linear CRC of their xor, here an
+    /// 8-byte change of the key followed by `count` zero bytes. `nil` when no one-byte change
+    /// explains it: the content is damaged (or the key in more than one byte). Run only on a
+    /// record found damaged: 2,040 CRCs of 8 bytes, each carried over the zeros by one product.
+    private static func sealedLSN(near lsn: UInt64, difference: UInt32, after count: Int) -> UInt64? {
+        let zeros = CRC32C.appendingZeros(1 << 31, count: count)  // x^(8·count)
+        for shift in stride(from: UInt64(0), to: 64, by: 8) {
+            for delta in UInt64(1)...0xFF {
+                let change = delta << shift
+                let candidate = lsn ^ change
+                guard candidate > 0 else { continue }
+                let term = Swift.withUnsafeBytes(of: change.bigEndian) { CRC32C.linear($0) }
+                if CRC32C.multiply(zeros, term) == difference { return candidate }
             }
         }
         return nil

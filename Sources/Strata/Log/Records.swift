@@ -55,9 +55,9 @@ import LMDB
 /// every byte after it — the rest of the header and the field entries — little-endian; from
 /// format 4 on it covers the format byte too, so a damaged format byte cannot make a record read
 /// in the other layout; from format 5 on it also covers the LSN the record is stored under (its
-/// key in `log`, which LMDB keeps apart from the value): the CRC-32C of the content xor the
-/// CRC-32C of the LSN's 8 big-endian bytes, so a damaged key, or a record stored under another
-/// LSN, fails the check like damaged content (see ``RecordChecksum``). It is computed once, when
+/// key in `log`, which LMDB keeps apart from the value): the CRC runs over the LSN's 8 bytes,
+/// big-endian, before the format byte, so a damaged key, or a record stored under another LSN,
+/// fails the check like damaged content (see ``RecordChecksum``). It is computed once, when
 /// the write path has built the record and given it its LSN (or compaction or salvage has
 /// rewritten it, under the same LSN), and checked where the log is read as evidence: `verify`,
 /// `rebuild`, `replay`, `compact`, `salvage`, the fold of a log tail when a store opens, and the

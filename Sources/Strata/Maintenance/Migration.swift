@@ -18,15 +18,10 @@ import LMDB
 /// so a step that changes the record format need not rewrite the log (4 → 5, 5 → 6 and 6 → 7
 /// do not).
 ///
-/// 6 → 7 could have resealed the format-4 records in place (same size, new format byte and
-/// checksum). It does not, for two reasons. A reseal would certify each key as the migration
-/// finds it: a key already damaged, or a record already under the wrong LSN, would come out
-/// with a valid checksum for the wrong LSN, and nothing at migration time can tell such a key
-/// from a sound one. And it is not cheap: LMDB copies every page it writes, so resealing
-/// rewrites the whole log, in the write transaction of the app's open, and grows the file by
-/// the log's size. A counter costs one `meta` entry; the older records' keys stay as exposed
-/// as they were until compaction folds them away, and `verify` counts them
-/// (``VerifyReport/operationsWithoutLSNInChecksum``).
+/// 6 → 7 does not reseal the format-3 and format-4 records in place, though a reseal keeps
+/// their size: it would vouch for each key as found, a damaged one included, and LMDB copies
+/// every page it writes, so it would rewrite the whole log in the transaction that opens the
+/// store. docs/damaged-stores.md says what the counter leaves uncovered.
 enum Migration {
     static func upgrade(from version: UInt64, _ txn: LMDB.WriteTransaction, _ views: StoreDatabases, path: String) throws(StrataError) {
         var v = version

@@ -323,10 +323,9 @@ extension Store {
                 var e = try c.first()
                 while let entry = e {
                     let lsn = try Counter.lsn(key: entry.key)
-                    guard lsn > previous else { throw StrataError(.corruptRecord, "the log is out of order at LSN \(lsn)") }
-                    if lsn > through { break }
-                    previous = lsn
-                    if lsn > checks.checkedThrough {
+                    // The checksum first (when the LSN is not past the end): a key out of order
+                    // because it is damaged is named as such.
+                    if lsn > checks.checkedThrough && (lsn <= through || lsn <= previous) {
                         switch RecordChecksum.status(entry.value, lsn: lsn, rules: checks.rules) {
                         case .valid: break
                         case .validWithoutLSN: checks.lsnUncovered += 1
@@ -334,6 +333,9 @@ extension Store {
                         case .damaged(let why): throw RecordChecksum.damaged(lsn, why)
                         }
                     }
+                    guard lsn > previous else { throw StrataError(.corruptRecord, "the log is out of order at LSN \(lsn)") }
+                    if lsn > through { break }
+                    previous = lsn
                     // The fold writes only when it flushes, between operations, and never to the
                     // log: the record the cursor lends stays valid while it is folded.
                     try fold.apply(operation: entry.value, lsn: lsn)
