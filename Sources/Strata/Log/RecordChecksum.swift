@@ -64,7 +64,7 @@ enum RecordChecksum {
                 return .damaged("its checksum does not match its content")
             }
             if lsn >= rules.lsnCoveredFrom {
-                // Written before format 5, or a format-5 record whose format byte was damaged.
+                // An intact older record under a key from the counter on: moved there, or its key damaged.
                 return .damaged("it has format \(format), whose checksum does not cover its LSN, where every operation from LSN \(rules.lsnCoveredFrom) on has one that does")
             }
             return .validWithoutLSN
