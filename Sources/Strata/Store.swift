@@ -116,7 +116,7 @@ public final class Store: Sendable {
 
     /// The store format this version of Strata writes. Older formats are migrated when opened
     /// (see `Migration.swift`); newer ones are refused.
-    public static let formatVersion: UInt64 = 6
+    public static let formatVersion: UInt64 = 7
 
     /// Opens the store in the folder at `path`, creating it (and the folder, with any missing
     /// parent folders) if needed.

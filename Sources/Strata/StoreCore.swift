@@ -229,6 +229,7 @@ final class StoreCore: @unchecked Sendable {
                     try txn.setMeta(MetaKey.catalogVersion, 0, in: views)
                     try txn.setMeta(MetaKey.viewsLSN, 0, in: views)
                     try txn.setMeta(MetaKey.checksumsFrom, 1, in: views)
+                    try txn.setMeta(MetaKey.lsnCoveredFrom, 1, in: views)
                 case let v? where v > Store.formatVersion:
                     throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), newer than this Strata reads (\(Store.formatVersion)); upgrade Strata to open it")
                 case let v? where v < Store.formatVersion:

@@ -105,6 +105,8 @@ struct VerifyCommand: ParsableCommand {
         var damagedOperations: [String] = []
         /// Operations written before checksums.
         var operationsWithoutChecksum = 0
+        /// Operations whose checksum does not cover their LSN (written before store format 7).
+        var operationsWithoutLSNInChecksum = 0
     }
 
     func run() throws {
@@ -138,7 +140,8 @@ struct VerifyCommand: ParsableCommand {
             if output.json {
                 try printJSON(Report(
                     consistent: report.isConsistent, operations: report.operations, differences: report.differences.map(\.description),
-                    damagedOperations: report.damagedOperations.map(\.description), operationsWithoutChecksum: report.operationsWithoutChecksum))
+                    damagedOperations: report.damagedOperations.map(\.description), operationsWithoutChecksum: report.operationsWithoutChecksum,
+                    operationsWithoutLSNInChecksum: report.operationsWithoutLSNInChecksum))
             } else {
                 print(report)
             }

@@ -1,6 +1,6 @@
 import Foundation
 import LMDB
-import Strata
+@testable import Strata
 @testable import StrataSync
 import Testing
 
@@ -126,14 +126,14 @@ import Testing
     /// The 5 → 6 migration, on a store written by format 5 (`Fixtures/format5-store`, see its
     /// commit: the format-4 fixture opened, then a transaction of three operations (18–20), one of
     /// two (21–22) and a single one (23)). Its operations keep their formats (2 and 3) and their
-    /// transaction ids and times; new ones are format 4, and every read of the log — history,
+    /// transaction ids and times; new ones are format 4 (5 since store format 7), and every read of the log — history,
     /// the listing, compaction, rebuild, replay — works across the formats.
     @Test func aFormat5StoreIsMigratedAndReadAcrossLogFormats() throws {
         try Self.withFixture("format5-store") { path in
             #expect(try Self.format(path) == 5)
             let store = try Store(path: path)
             defer { store.close() }
-            #expect(try Self.format(path) == 6)
+            #expect(try Self.format(path) == Store.formatVersion)
             let old = try store.read { try $0.operations() }
             #expect(old.count == 23)
             // Counter ids, as format 5 wrote them; one time per transaction.
@@ -191,7 +191,115 @@ import Testing
                     return formats
                 }
             }
-            #expect(formats == Array(repeating: 2, count: 17) + Array(repeating: 3, count: 6) + [4, 4, 4])
+            #expect(formats == Array(repeating: 2, count: 17) + Array(repeating: 3, count: 6) + [5, 5, 5])
+        }
+    }
+
+    /// The 6 → 7 migration, on a store written by format 6 (`Fixtures/format6-store`, see its
+    /// commit: the format-5 fixture opened, then tasks 6 inserted and tasks 1's notes changed
+    /// (24–25), people 2's age (26), tasks 6 acknowledged (27)). Its records keep their formats
+    /// (2, 3 and 4) and are not resealed: `lsnCoveredFrom` says that from LSN 28 on every
+    /// checksum covers its record's LSN. New records are format 5; compaction and salvage
+    /// rewrite a format-4 record as format 5, sealed for its LSN.
+    @Test func aFormat6StoreIsMigratedAndNewChecksumsCoverTheirLSN() throws {
+        try Self.withFixture("format6-store") { path in
+            #expect(try Self.format(path) == 6)
+            let formats = { () throws -> [UInt8] in
+                let env = try Environment(path: path, options: { var o = EnvironmentOptions(); o.maxDatabases = 16; return o }())
+                let log = try env.write { try $0.openDatabase("log") }
+                return try env.read { txn in
+                    try txn.withCursor(log) { c in
+                        var formats: [UInt8] = []
+                        var e = try c.first()
+                        while let x = e { formats.append(x.value[0]); e = try c.next() }
+                        return formats
+                    }
+                }
+            }
+            let before = try formats()
+            #expect(before == Array(repeating: 2, count: 17) + Array(repeating: 3, count: 6) + Array(repeating: 4, count: 4))
+
+            let store = try Store(path: path)
+            #expect(try Self.format(path) == Store.formatVersion)
+            let rules = try store.env.read { try $0.checksumRules(in: store.views) }
+            #expect(rules == ChecksumRules(checksumsFrom: 18, lsnCoveredFrom: 28))
+            let report = try store.verify()
+            #expect(report.isConsistent && report.operations == 27, "\(report)")
+            #expect(report.operationsWithoutChecksum == 17 && report.operationsWithoutLSNInChecksum == 10, "\(report)")
+            #expect(report.description.contains("10 operation(s) from before log format 5 carry a checksum that does not cover their LSN"), "\(report)")
+            let old = try store.read { try $0.operations() }
+            #expect(old.suffix(4).map { "\($0.lsn) \($0.kind) \($0.table) \($0.key) \($0.transactionID)" } == [
+                "24 insert tasks 6 24", "25 update tasks 1 24", "26 update people 2 26", "27 acknowledge tasks 6 27",
+            ])
+            #expect(try store.read { try $0.history("tasks", key: 1).map(\.lsn) } == [1, 6, 11, 15, 25])
+            #expect(try store.read { try $0.row("tasks", key: 1)?["notes"] } == "3 litres")
+            #expect(try store.read { try $0.row("people", key: 2)?["age"] } == 38)
+
+            // New records are format 5, their checksums covering their LSN; history and time
+            // travel read across the formats.
+            try store.write { tx in
+                try tx.update("tasks", key: 6, ["title": "Sweep the yard"])
+                try tx.update("people", key: 2, ["age": 39])
+            }
+            let after = try store.verify()
+            #expect(after.isConsistent && after.operations == 29 && after.operationsWithoutLSNInChecksum == 10, "\(after)")
+            #expect(try store.read { try $0.history("people", key: 2).map(\.lsn) } == [5, 10, 14, 26, 29])
+            #expect(try store.read { try $0.row("people", key: 2, asOf: 26)?["age"] } == 38)
+            #expect(try store.read { try $0.operations(from: 28).map(\.transactionID) } == [28, 28])
+
+            // A record older than the counter put under an LSN from it is damage: its checksum
+            // does not cover the LSN, where every one from LSN 28 on must.
+            do {
+                let found = try store.env.read { txn in try txn.get(withUnsafeBytes(of: UInt64(25).bigEndian) { Array($0) }, in: store.views.log).map { Array($0) } }
+                let old25 = try #require(found)
+                let status = old25.withUnsafeBytes { RecordChecksum.status($0, lsn: 29, rules: rules) }
+                #expect(status == .damaged("it has format 4, whose checksum does not cover its LSN, where every operation from LSN 28 on has one that does"), "\(status)")
+                #expect(old25.withUnsafeBytes { RecordChecksum.status($0, lsn: 25, rules: rules) } == .validWithoutLSN)
+            }
+
+            // Compaction whose horizon splits transaction 24 (nothing pending holds it back):
+            // LSN 25 is rewritten to carry the header, as format 5; 26 and 27 stay format 4.
+            try SyncClient(store: store).resolve("tasks", key: 1, with: .server)
+            let pending = try store.read { try $0.pendingRows() }
+            #expect(!pending.isEmpty)
+            try store.write { tx in for row in pending { try tx.acknowledge(row.table, key: row.key) } }
+            let opsBefore = try store.read { try $0.operations(from: 25) }
+            let last = try store.read { try $0.lastLSN }
+            let compacted = try store.compact(retaining: .operations(Int(last - 24)))
+            #expect(compacted.horizon == 24, "\(compacted)")
+            #expect(try store.read { try $0.operations() } == opsBefore)
+            let v = try store.verify()
+            #expect(v.isConsistent && v.operationsWithoutLSNInChecksum == 2, "\(v)")
+            store.close()
+            #expect(try formats() == [5, 4, 4] + Array(repeating: 5, count: Int(last) - 27))
+
+            // Salvage of the compacted store: what it rewrites (records whose predecessor was
+            // folded into the base snapshot start their row's chain afresh) it seals for their
+            // LSN, as format 5; its counters say what it kept as it was; the new store verifies.
+            try withTemporaryFolder { copy in
+                let salvage = try Store.salvage(from: path, into: copy + "/salvaged")
+                #expect(salvage.lostRanges.isEmpty && salvage.recoveredOperations == opsBefore.count, "\(salvage)")
+                let salvaged = try Store(path: copy + "/salvaged")
+                defer { salvaged.close() }
+                let records = try salvaged.env.read { txn in
+                    try txn.withCursor(salvaged.views.log) { c in
+                        var out: [(UInt64, [UInt8])] = []
+                        var e = try c.first()
+                        while let x = e { out.append((try Counter.lsn(key: x.key), Array(x.value))); e = try c.next() }
+                        return out
+                    }
+                }
+                let uncovered = records.filter { $0.1[0] < RecordFormat.lsnCoveredFormat }.map(\.0)
+                let rules = try salvaged.env.read { try $0.checksumRules(in: salvaged.views) }
+                #expect(rules == ChecksumRules(checksumsFrom: 1, lsnCoveredFrom: (uncovered.max() ?? 0) + 1))
+                for (lsn, record) in records {
+                    let status = record.withUnsafeBytes { RecordChecksum.status($0, lsn: lsn, rules: rules) }
+                    #expect(status == (record[0] == RecordFormat.lsnCoveredFormat ? .valid : .validWithoutLSN), "LSN \(lsn): \(status)")
+                }
+                let v = try salvaged.verify()
+                #expect(v.isConsistent && v.operationsWithoutLSNInChecksum == uncovered.count, "\(v)")
+                #expect(try salvaged.read { try $0.operations() } == opsBefore)
+            }
         }
     }
 

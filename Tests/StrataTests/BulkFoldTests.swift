@@ -103,7 +103,7 @@ import Testing
                 // Resealed: the fold's chain check, not the checksum, is under test.
                 var sealed = ByteWriter()
                 sealed.append(record)
-                RecordChecksum.seal(&sealed)
+                RecordChecksum.seal(&sealed, lsn: 3)
                 try txn.put(lsnKey, sealed.bytes, in: store.views.log)
             }
             let e = #expect(throws: StrataError.self) { try store.verify() }

@@ -61,4 +61,25 @@ import Testing
             }
         }
     }
+
+    /// A log record's checksum (format 5) is the CRC of its LSN's 8 bytes, big-endian, then
+    /// the format byte and the rest, and a key damaged in one byte is told from damaged content
+    /// by the CRC's linearity: carrying a register over zero bytes in O(log n) equals running
+    /// the CRC over them, at every length.
+    @Test func theLSNPrefixAndZeroBytesFollowTheDefinition() {
+        var rng = SplitMix64(seed: testSeed("CRC32CTests.prefix"))
+        let data = (0..<300).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+        for length in [0, 1, 7, 8, 9, 64, 299] {
+            let lsn = rng.next() >> 2
+            let message = withUnsafeBytes(of: lsn.bigEndian) { Array($0) } + [5] + data.prefix(length)
+            let prefixed = data.prefix(length).withUnsafeBytes { CRC32C.checksum(prefix: lsn, 5, $0) }
+            #expect(prefixed == Self.reference(message[...]), "length \(length)")
+        }
+        for count in [0, 1, 2, 3, 8, 100, 4095, 65_537] {
+            let register = UInt32(truncatingIfNeeded: rng.next())
+            let zeros = [UInt8](repeating: 0, count: count)
+            let run = zeros.withUnsafeBytes { CRC32C.softwareUpdate(register, $0) }
+            #expect(CRC32C.appendingZeros(register, count: count) == run, "\(count) zero bytes")
+        }
+    }
 }

@@ -160,8 +160,9 @@ import Testing
         }
     }
 
-    /// A damaged format byte cannot make a record read in the other layout: format 4's checksum
-    /// covers its format byte, format 3's does not cover it but differs from format 4's.
+    /// A damaged format byte cannot make a record read in another layout or as sealed without
+    /// its LSN: format 4's and 5's checksums cover their format byte, format 3's does not cover
+    /// it but differs from theirs.
     @Test func aFormatByteTurnedIntoTheOtherLayoutIsDamage() throws {
         try withStore { store, _ in
             try store.createTable(tasksSchema)
@@ -172,19 +173,25 @@ import Testing
             let records = try Self.records(store)
             for lsn: UInt64 in [1, 2] {
                 var r = try #require(records[lsn])
-                #expect(r.withUnsafeBytes { RecordChecksum.status($0, lsn: lsn, checksumsFrom: 1) } == .valid)
-                r[0] = 3
-                let status = r.withUnsafeBytes { RecordChecksum.status($0, lsn: lsn, checksumsFrom: 1) }
-                #expect(status == .damaged("its checksum does not match its content"), "LSN \(lsn): \(status)")
+                #expect(r.withUnsafeBytes { RecordChecksum.status($0, lsn: lsn, rules: .everyOperation) } == .valid)
+                for older: UInt8 in [3, 4] {
+                    r[0] = older
+                    let status = r.withUnsafeBytes { RecordChecksum.status($0, lsn: lsn, rules: .everyOperation) }
+                    #expect(status == .damaged("its checksum does not match its content"), "LSN \(lsn) as format \(older): \(status)")
+                }
             }
             // A format-3 record (sealed as format 3 wrote it) read as format 4.
             var w = ByteWriter()
             w.append(records[1]!)
             w.bytes[0] = 3
-            RecordChecksum.seal(&w)
-            #expect(w.withUnsafeBytes { RecordChecksum.status($0, lsn: 1, checksumsFrom: 1) } == .valid)
+            RecordChecksum.seal(&w, lsn: 1)
+            // Before the store's `lsnCoveredFrom`, a format-3 record is valid without its LSN.
+            let older = ChecksumRules(checksumsFrom: 1, lsnCoveredFrom: 2)
+            #expect(w.withUnsafeBytes { RecordChecksum.status($0, lsn: 1, rules: older) } == .validWithoutLSN)
             w.bytes[0] = 4
-            #expect(w.withUnsafeBytes { RecordChecksum.status($0, lsn: 1, checksumsFrom: 1) } != .valid)
+            #expect(w.withUnsafeBytes { RecordChecksum.status($0, lsn: 1, rules: older) } == .damaged("its checksum does not match its content"))
+            w.bytes[0] = 5
+            #expect(w.withUnsafeBytes { RecordChecksum.status($0, lsn: 1, rules: older) } == .damaged("its checksum does not match its content and LSN 1: the record or its key is damaged"))
         }
     }
 }

@@ -62,7 +62,7 @@ import Testing
                 let badRecord = Self.mutate(record, &g)
                 // Resealed, so that the decoder, not the checksum, meets the damage (as with a
                 // record written damaged, or a checksum collision).
-                let badOp = Self.resealed(Self.mutate(op, &g))
+                let badOp = Self.resealed(Self.mutate(op, &g), lsn: lsn)
                 for attempt in 0..<4 {
                     do {
                         switch attempt {
@@ -78,7 +78,7 @@ import Testing
                             }
                         case 2:
                             _ = try withBytes(badOp) { (o) throws(StrataError) in
-                                try LogEntry(lsn: lsn, record: o, catalog: opCatalog, checksumsFrom: 1) { _ in TransactionHeader(id: 1, timestampMicros: 0, schemaVersion: 0) }
+                                try LogEntry(lsn: lsn, record: o, catalog: opCatalog, rules: .everyOperation) { _ in TransactionHeader(id: 1, timestampMicros: 0, schemaVersion: 0) }
                             }
                         default:
                             // Folding a damaged operation into a sound row (as rebuild would).
@@ -120,12 +120,13 @@ import Testing
         }
     }
 
-    /// `record` with its checksum recomputed, when it has the size and format of one that has one.
-    static func resealed(_ record: [UInt8]) -> [UInt8] {
+    /// `record`, stored at `lsn`, with its checksum recomputed, when it has the size and format
+    /// of one that has one.
+    static func resealed(_ record: [UInt8], lsn: UInt64) -> [UInt8] {
         guard record.count > RecordFormat.checksumSize, record[0] >= RecordFormat.checksummedFormat, record[0] <= RecordFormat.operationFormat else { return record }
         var w = ByteWriter()
         w.append(record)
-        RecordChecksum.seal(&w)
+        RecordChecksum.seal(&w, lsn: lsn)
         return w.bytes
     }
 
@@ -293,7 +294,7 @@ import Testing
                 outcomes.append((report.damagedOperations.map(\.description) + report.differences.map(\.description)).joined(separator: "; "))
             }
             #expect(outcomes.sorted() == [
-                "LSN 18: its checksum does not match its content",
+                "LSN 18: its checksum does not match its content and LSN 18: the record or its key is damaged",
                 "rows: tasks 17 different",
             ], "\(outcomes)")
         }

@@ -235,7 +235,7 @@ import Testing
                     // Resealed: the fold's chain check, not the checksum, is under test.
                     var sealed = ByteWriter()
                     sealed.append(record)
-                    RecordChecksum.seal(&sealed)
+                    RecordChecksum.seal(&sealed, lsn: lsn)
                     try txn.put(lsnKey, sealed.bytes, in: store.views.log)
                 }
             }

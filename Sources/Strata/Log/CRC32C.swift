@@ -29,6 +29,58 @@ enum CRC32C {
         bytes.withUnsafeBytes { checksum($0) }
     }
 
+    /// The checksum of the 8 bytes of `prefix`, big-endian, then the byte `first`, then `bytes`:
+    /// a log record's (format 5) with its LSN before it.
+    static func checksum(prefix: UInt64, _ first: UInt8, _ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        var crc = Swift.withUnsafeBytes(of: prefix.bigEndian) { update(0xFFFF_FFFF, $0) }
+        crc = Swift.withUnsafeBytes(of: first) { update(crc, $0) }
+        return ~update(crc, bytes)
+    }
+
+    /// The CRC of `bytes` from a zero register, without the final inversion: linear in the
+    /// bytes, so the checksums of two messages of one length differ by this of their xor.
+    static func linear(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        update(0, bytes)
+    }
+
+    /// The register `crc` carried over `count` zero bytes, in O(log count): `crc` times
+    /// x^(8·count) modulo the polynomial (as zlib's `crc32_combine` computes it).
+    static func appendingZeros(_ crc: UInt32, count: Int) -> UInt32 {
+        var p: UInt32 = 1 << 31  // x^0, reflected
+        var n = count
+        var k = 3  // powers[k] is x^(2^k): a byte is x^8
+        while n > 0 {
+            if n & 1 != 0 { p = multiply(powers[k & 31], p) }
+            n >>= 1
+            k += 1
+        }
+        return multiply(p, crc)
+    }
+
+    /// `a` times `b` modulo the polynomial, both reflected: with `a` = ``appendingZeros(_:count:)``
+    /// of x^0 (`1 << 31`), `b` carried over that many zero bytes.
+    static func multiply(_ a: UInt32, _ b: UInt32) -> UInt32 {
+        var (m, b, p): (UInt32, UInt32, UInt32) = (1 << 31, b, 0)
+        while m != 0 {
+            if a & m != 0 { p ^= b }
+            m >>= 1
+            b = b & 1 != 0 ? b >> 1 ^ 0x82F6_3B78 : b >> 1
+        }
+        return p
+    }
+
+    /// x^(2^k) modulo the polynomial, reflected, for k in 0..<32 (the exponents cycle).
+    private static let powers: [UInt32] = {
+        var t = [UInt32](repeating: 0, count: 32)
+        var p: UInt32 = 1 << 30  // x^1
+        t[0] = p
+        for k in 1..<32 {
+            p = multiply(p, p)
+            t[k] = p
+        }
+        return t
+    }()
+
     /// Whether ``update(_:_:)`` uses the processor's instruction (read once).
     static let usesInstruction = strata_crc32c_available() != 0
 

@@ -113,15 +113,15 @@ public struct LogEntry: Sendable, Hashable {
     public let annotation: [UInt8]
 
     /// Decodes the operation stored at `lsn`, after checking its checksum (see
-    /// ``RecordChecksum``; `checksumsFrom` is the first LSN that must carry one). `transaction`
+    /// ``RecordChecksum``; `rules` say where the log must carry one). `transaction`
     /// gives the header of the operation's transaction, the record's own when it carries one
-    /// (``ReadableTransaction/transactionHeader(of:at:log:checksumsFrom:cache:)``, which also
+    /// (``ReadableTransaction/transactionHeader(of:at:log:rules:cache:)``, which also
     /// remembers a carried header for the operations after it).
     init(
-        lsn: UInt64, record: UnsafeRawBufferPointer, catalog: Catalog, checksumsFrom: UInt64,
+        lsn: UInt64, record: UnsafeRawBufferPointer, catalog: Catalog, rules: ChecksumRules,
         transaction: (OperationHeader) throws(StrataError) -> TransactionHeader
     ) throws(StrataError) {
-        try RecordChecksum.check(record, lsn: lsn, checksumsFrom: checksumsFrom)
+        try RecordChecksum.check(record, lsn: lsn, rules: rules)
         let h = try OperationHeader(record)
         let txn = try transaction(h)
         guard let kind = Kind(rawValue: h.kind) else { throw StrataError(.corruptRecord, "operation \(lsn) has unknown kind \(h.kind)") }
@@ -159,7 +159,7 @@ extension ReadableTransaction {
     ///
     /// - Complexity: O(1) when the record or `cache` holds the header, else O(log n).
     func transactionHeader(
-        of header: OperationHeader, at lsn: UInt64, log: Database, checksumsFrom: UInt64, cache: inout TransactionHeader?
+        of header: OperationHeader, at lsn: UInt64, log: Database, rules: ChecksumRules, cache: inout TransactionHeader?
     ) throws(StrataError) -> TransactionHeader {
         if let carried = try header.carriedTransaction(at: lsn) {
             cache = carried
@@ -172,7 +172,7 @@ extension ReadableTransaction {
             let first = try Counter.lsn(key: e.key)
             guard first < lsn else { return nil }
             // Checked: its time and schema version are read for other operations.
-            try RecordChecksum.check(e.value, lsn: first, checksumsFrom: checksumsFrom)
+            try RecordChecksum.check(e.value, lsn: first, rules: rules)
             guard let t = try OperationHeader(e.value).carriedTransaction(at: first), t.id == id else { return nil }
             return t
         }

@@ -19,7 +19,7 @@ import LMDB
 /// A **row state** (value in `rows`) is `u8 flags, varint lastLSN` followed by the row's field
 /// entries in field-id order; null clean fields are left out, and key fields live in the key.
 ///
-/// An **operation** (value in `log`), from format 4 on, is
+/// An **operation** (value in `log`), from format 4 on (format 5 has the same layout), is
 ///
 ///     u8 format, u32 crc32c, u8 kind, u8 flags, varint txnOffset,
 ///     [varint timestamp (µs since 1970), varint schemaVersion,]      when flags carry the transaction
@@ -54,15 +54,21 @@ import LMDB
 /// From format 3 on, the format byte is followed by a **checksum**: the CRC-32C (``CRC32C``) of
 /// every byte after it — the rest of the header and the field entries — little-endian; from
 /// format 4 on it covers the format byte too, so a damaged format byte cannot make a record read
-/// in the other layout. It is computed once, when the write path has built the record (or
-/// compaction or salvage has rewritten it), and checked where the log is read
-/// as evidence: `verify`, `rebuild`, `replay`, `compact`, `salvage`, the fold of a log tail when
-/// a store opens, and the history reads (``Snapshot/history(_:key:)``, `strata log`); see
-/// ``RecordChecksum``. The format byte itself is covered by the store: every operation from
-/// LSN `checksumsFrom` (a `meta` counter, set when the store was created or migrated to store
-/// format 5) on must be format 3 or later, so a damaged format byte that reads as 1 or 2 is caught too.
+/// in the other layout; from format 5 on it also covers the LSN the record is stored under (its
+/// key in `log`, which LMDB keeps apart from the value): the CRC runs over the LSN's 8 bytes,
+/// big-endian, before the format byte, so a damaged key, or a record stored under another LSN,
+/// fails the check like damaged content (see ``RecordChecksum``). It is computed once, when
+/// the write path has built the record and given it its LSN (or compaction or salvage has
+/// rewritten it, under the same LSN), and checked where the log is read as evidence: `verify`,
+/// `rebuild`, `replay`, `compact`, `salvage`, the fold of a log tail when a store opens, and the
+/// history reads (``Snapshot/history(_:key:)``, `strata log`). The format byte itself is covered
+/// by the store: every operation from LSN `checksumsFrom` (a `meta` counter, set when the store
+/// was created or migrated to store format 5) on must be format 3 or later, so a damaged format
+/// byte that reads as 1 or 2 is caught too; and every operation from LSN `lsnCoveredFrom` (set
+/// when the store was created or migrated to store format 7) on must be format 5 or later.
 /// Operations written before (formats 1 and 2) carry no checksum and are not rewritten; nor are
-/// format-3 operations when a store moves to format 4: a log may hold every format.
+/// format-3 and format-4 operations when a store moves to a later format: a log may hold every
+/// format. A rewrite by compaction or salvage writes a format-4 operation as format 5.
 ///
 /// The annotation is opaque to the store: sync code records its merge decisions there.
 ///
@@ -76,13 +82,16 @@ import LMDB
 /// does live only in the write path (`EditRules.swift`).
 enum RecordFormat {
     /// The current format of operation records: 2 adds conflict entries (state 2), 3 a checksum,
-    /// 4 the compact header (a transaction's shared header once per transaction).
-    static let operationFormat: UInt8 = 4
+    /// 4 the compact header (a transaction's shared header once per transaction), 5 a checksum
+    /// that also covers the record's LSN (format 4's layout).
+    static let operationFormat: UInt8 = 5
     /// The first format whose operations carry a checksum (4 bytes after the format byte).
     static let checksummedFormat: UInt8 = 3
+    /// The first format whose checksum covers the LSN the record is stored under.
+    static let lsnCoveredFormat: UInt8 = 5
     /// The size of the checksum.
     static let checksumSize = 4
-    /// The first format with the compact header (see above).
+    /// The first format with the compact header (see above); later formats keep its layout.
     static let compactFormat: UInt8 = 4
     /// The oldest format still read: format 1 is format 2 without conflict entries.
     static let oldestOperationFormat: UInt8 = 1
@@ -347,7 +356,7 @@ struct OperationHeader {
     }
 
     /// The transaction header the record carries, `nil` when it carries none (then the first
-    /// operation of its transaction in the log does: ``ReadableTransaction/transactionHeader(of:at:log:checksumsFrom:cache:)``).
+    /// operation of its transaction in the log does: ``ReadableTransaction/transactionHeader(of:at:log:rules:cache:)``).
     func carriedTransaction(at lsn: UInt64) throws(StrataError) -> TransactionHeader? {
         guard let carriedTime else { return nil }
         return TransactionHeader(id: try transactionID(at: lsn), timestampMicros: carriedTime, schemaVersion: carriedSchema)
@@ -370,13 +379,14 @@ struct OperationHeader {
 /// compaction (when it splits a transaction) and salvage (when a transaction's first operation
 /// is lost).
 enum OperationRecord {
-    /// The format-4 operation `record` rewritten to carry the header of its transaction
-    /// (`transaction`, as the transaction's first operation carried it), keeping its distance
-    /// back to the transaction (so its id) and everything else. The header keeps the
+    /// The format-4 or -5 operation `record`, stored at `lsn`, rewritten to carry the header of
+    /// its transaction (`transaction`, as the transaction's first operation carried it), keeping
+    /// its distance back to the transaction (so its id) and everything else, as a format-5
+    /// record sealed for `lsn`, where it stays. The header keeps the
     /// transaction's schema version and the record its schema-step bit: the transaction's later
     /// operations read the version from this header and add their own step bit to it, so
     /// carrying the record's own (stepped) version would put them one too high.
-    static func carrying(_ transaction: TransactionHeader, _ record: UnsafeRawBufferPointer) throws(StrataError) -> [UInt8] {
+    static func carrying(_ transaction: TransactionHeader, _ record: UnsafeRawBufferPointer, lsn: UInt64) throws(StrataError) -> [UInt8] {
         let header = try OperationHeader(record)
         guard header.format >= RecordFormat.compactFormat else { return Array(record) }
         var r = ByteReader(record, offset: 1 + RecordFormat.checksumSize)
@@ -384,7 +394,7 @@ enum OperationRecord {
         let bits = try r.byte()
         let offset = try r.varint()
         var w = ByteWriter(capacity: record.count + 16)
-        w.append(header.format)
+        w.append(RecordFormat.operationFormat)
         w.append([0, 0, 0, 0])
         w.append(kind)
         w.append(bits | OperationBits.carriesTransaction)
@@ -393,7 +403,7 @@ enum OperationRecord {
         w.appendVarint(transaction.schemaVersion)
         w.appendVarint(UInt64(header.target.count))
         w.append(UnsafeRawBufferPointer(rebasing: record[header.target.lowerBound...]))
-        RecordChecksum.seal(&w)
+        RecordChecksum.seal(&w, lsn: lsn)
         return w.bytes
     }
 }

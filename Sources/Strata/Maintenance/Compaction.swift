@@ -139,7 +139,7 @@ extension Store {
 
     /// The LSN of the first operation after `lsn` whose timestamp is after `cutoff` (µs).
     private func firstOperation(after lsn: UInt64, newerThan cutoff: UInt64, _ reader: ViewReader) throws -> UInt64? {
-        let checksumsFrom = try reader.checksumsFrom(in: views)
+        let rules = try reader.checksumRules(in: views)
         let (txn, log) = (reader.txn, views.log)
         var cache: TransactionHeader? = nil
         return try txn.scan(log) { c in
@@ -147,9 +147,9 @@ extension Store {
             while let entry = e {
                 let at = try Counter.lsn(key: entry.key)
                 // A damaged timestamp must not choose the horizon.
-                try RecordChecksum.check(entry.value, lsn: at, checksumsFrom: checksumsFrom)
+                try RecordChecksum.check(entry.value, lsn: at, rules: rules)
                 let header = try OperationHeader(entry.value)
-                let transaction = try txn.transactionHeader(of: header, at: at, log: log, checksumsFrom: checksumsFrom, cache: &cache)
+                let transaction = try txn.transactionHeader(of: header, at: at, log: log, rules: rules, cache: &cache)
                 // Clocks can step back, so the first young operation ends the foldable prefix.
                 if transaction.timestampMicros > cutoff {
                     return at
@@ -182,9 +182,9 @@ extension Store {
         var folded = 0
         var state = ByteWriter(capacity: 512)
         // Folded operations leave the log for good: a damaged one must stop the compaction.
-        let checksumsFrom = try txn.reader.checksumsFrom(in: views)
+        let rules = try txn.reader.checksumRules(in: views)
         // Read before the log loses the transaction's first operation.
-        let carrier = try carrierAfter(horizon, txn, checksumsFrom: checksumsFrom)
+        let carrier = try carrierAfter(horizon, txn, rules: rules)
         while true {
             // A chunk at a time, copied out, so that no cursor is open while the log shrinks.
             var chunk: [(lsn: UInt64, record: [UInt8])] = []
@@ -200,7 +200,7 @@ extension Store {
             if chunk.isEmpty { break }
             for (lsn, record) in chunk {
                 try withBytes(record) { (op) throws(StrataError) in
-                    try RecordChecksum.check(op, lsn: lsn, checksumsFrom: checksumsFrom)
+                    try RecordChecksum.check(op, lsn: lsn, rules: rules)
                     let header = try OperationHeader(op)
                     let target = UnsafeRawBufferPointer(rebasing: op[header.target])
                     let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.base).map { Array($0) } }
@@ -242,7 +242,7 @@ extension Store {
     /// operation carried (``RecordFormat``): that operation rewritten so, with its key; `nil`
     /// when the horizon splits no transaction. Only the header moves: the rewritten record and
     /// the old one describe the same operation.
-    private func carrierAfter(_ horizon: UInt64, _ txn: ViewWriter, checksumsFrom: UInt64) throws -> (key: [UInt8], record: [UInt8])? {
+    private func carrierAfter(_ horizon: UInt64, _ txn: ViewWriter, rules: ChecksumRules) throws -> (key: [UInt8], record: [UInt8])? {
         let reader = txn.reader.txn
         // The first operation after the horizon, wherever it is: not always at horizon + 1, since
         // a salvaged log has gaps where records were lost.
@@ -253,15 +253,15 @@ extension Store {
         guard let (key, next) = found else { return nil }
         let lsn = try withBytes(key) { (k) throws(StrataError) in try Counter.lsn(key: k) }
         let header = try withBytes(next) { (b) throws(StrataError) in
-            try RecordChecksum.check(b, lsn: lsn, checksumsFrom: checksumsFrom)
+            try RecordChecksum.check(b, lsn: lsn, rules: rules)
             return try OperationHeader(b)
         }
         if header.carriesTransaction { return nil }
         // A transaction that starts after the horizon is not split: its header is not folded.
         guard try header.transactionID(at: lsn) <= horizon else { return nil }
         var cache: TransactionHeader? = nil
-        let transaction = try reader.transactionHeader(of: header, at: lsn, log: views.log, checksumsFrom: checksumsFrom, cache: &cache)
-        return (key, try withBytes(next) { (b) throws(StrataError) in try OperationRecord.carrying(transaction, b) })
+        let transaction = try reader.transactionHeader(of: header, at: lsn, log: views.log, rules: rules, cache: &cache)
+        return (key, try withBytes(next) { (b) throws(StrataError) in try OperationRecord.carrying(transaction, b, lsn: lsn) })
     }
 
     /// Folds every row state of `base` (read through `reader`) into `fold`, as rebuild does

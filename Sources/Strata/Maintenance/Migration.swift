@@ -12,9 +12,16 @@ import LMDB
 /// | 3 | 4 | the views are checkpointed apart from the log: the `viewsLSN` meta key, set to the log's end. |
 /// | 4 | 5 | checksums: operations are written in operation format 3, with a CRC-32C. The operations already in the log (formats 1 and 2) are not rewritten and stay valid without one; the `checksumsFrom` meta key, set to the LSN after the last operation, says from where on every operation must carry one. |
 /// | 5 | 6 | the compact log (operation format 4): what a transaction's operations share (its id, time and schema version) is written once, in its first operation, and a transaction id is the LSN of that operation. The operations already in the log keep their format (each carries its own transaction header) and are not rewritten; transaction ids go on increasing. |
+/// | 6 | 7 | the LSN under the checksum (operation format 5): a record's checksum also covers the LSN it is stored under, its key. The operations already in the log keep their format (3 or 4, checksums of their content only) and are not resealed; the `lsnCoveredFrom` meta key, set to the LSN after the last operation, says from where on every operation's checksum must cover its LSN. |
 ///
 /// Operation records keep their own format byte (``RecordFormat``), checked as each is read,
-/// so a step that changes the record format need not rewrite the log (4 → 5 and 5 → 6 do not).
+/// so a step that changes the record format need not rewrite the log (4 → 5, 5 → 6 and 6 → 7
+/// do not).
+///
+/// 6 → 7 does not reseal the format-3 and format-4 records in place, though a reseal keeps
+/// their size: it would vouch for each key as found, a damaged one included, and LMDB copies
+/// every page it writes, so it would rewrite the whole log in the transaction that opens the
+/// store. docs/damaged-stores.md says what the counter leaves uncovered.
 enum Migration {
     static func upgrade(from version: UInt64, _ txn: LMDB.WriteTransaction, _ views: StoreDatabases, path: String) throws(StrataError) {
         var v = version
@@ -40,6 +47,13 @@ enum Migration {
             case 5:
                 // Older operations carry their own transaction headers; new ones are format 4.
                 break
+            case 6:
+                // Older operations keep checksums of their content only; every new one's covers its LSN.
+                let last = try txn.lastLSN(in: views)
+                guard last < Counter.limit else {
+                    throw StrataError(.corruptRecord, "the store at '\(path)' has a last LSN of \(last), out of range; it cannot be migrated")
+                }
+                try txn.setMeta(MetaKey.lsnCoveredFrom, last + 1, in: views)
             default:
                 throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), which no version of Strata wrote; it cannot be migrated")
             }

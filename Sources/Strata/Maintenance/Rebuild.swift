@@ -68,8 +68,9 @@ public struct VerifyReport: Sendable, CustomStringConvertible {
     /// The differing entries (at most ``maxDifferences``).
     public let differences: [Difference]
 
-    /// An operation of the log that is damaged: its checksum does not match its content, or it
-    /// lacks one where every operation carries one. When the log has one, the views are not
+    /// An operation of the log that is damaged: its checksum does not match its content or the
+    /// LSN it is stored under, or it lacks one (or one that covers its LSN) where every
+    /// operation carries one. When the log has one, the views are not
     /// compared with its fold (``differences`` is empty): `rebuild` refuses such a log, and
     /// ``Store/salvage(from:into:)`` recovers the rest of it.
     public struct DamagedOperation: Sendable, Hashable, CustomStringConvertible {
@@ -86,6 +87,10 @@ public struct VerifyReport: Sendable, CustomStringConvertible {
     /// Operations written before log records carried checksums (operation formats 1 and 2, by a
     /// Strata before store format 5): their damage cannot be detected.
     public internal(set) var operationsWithoutChecksum = 0
+    /// Operations whose checksum covers their content but not their LSN (operation formats 3
+    /// and 4, by a Strata before store format 7): a damaged key (LSN) of theirs cannot be
+    /// detected.
+    public internal(set) var operationsWithoutLSNInChecksum = 0
 
     /// The most differences a report lists.
     public static let maxDifferences = 100
@@ -109,6 +114,9 @@ public struct VerifyReport: Sendable, CustomStringConvertible {
         }
         if operationsWithoutChecksum > 0 {
             lines.append("\(operationsWithoutChecksum) operation(s) from before log format 3 carry no checksum")
+        }
+        if operationsWithoutLSNInChecksum > 0 {
+            lines.append("\(operationsWithoutLSNInChecksum) operation(s) from before log format 5 carry a checksum that does not cover their LSN")
         }
         return lines.joined(separator: "\n")
     }
@@ -182,7 +190,7 @@ extension Store {
                         }
                         var fold = target
                         fold.commitsInSteps(scratch)
-                        var checks = LogChecks(checksumsFrom: try txn.checksumsFrom(in: views))
+                        var checks = LogChecks(rules: try txn.checksumRules(in: views))
                         // The scan below checked every checksum through the overlay's LSN, in this
                         // same read transaction.
                         checks.checkedThrough = version.lsn
@@ -207,6 +215,7 @@ extension Store {
                         var report = VerifyReport(operations: scan.operations, live: [:], rebuilt: [:], differences: [])
                         report.damagedOperations = scan.damaged.map { .init(lsn: $0.lsn, reason: $0.why) }
                         report.operationsWithoutChecksum = scan.unchecksummed
+                        report.operationsWithoutLSNInChecksum = scan.lsnUncovered
                         return report
                     }
                     let count = try check(ViewReader(txn: txn, views: views, overlay: OverlayBuffer(version)), through: version.lsn, checkpointed: false)
@@ -216,6 +225,7 @@ extension Store {
                     }
                     var report = VerifyReport(operations: count, live: liveSums, rebuilt: rebuiltSums, differences: differences)
                     report.operationsWithoutChecksum = scan.unchecksummed
+                    report.operationsWithoutLSNInChecksum = scan.lsnUncovered
                     return report
                 }
             }
@@ -232,7 +242,7 @@ extension Store {
     ) throws(StrataError) -> Int {
         var fold = BulkFold(views: target, catalog: catalog, into: txn, budget: budget, workers: workers)
         _ = try foldBase(from: reader, base: source.base, into: &fold, copyTo: copying ? (txn, target.base) : nil)
-        var checks = LogChecks(checksumsFrom: try reader.checksumsFrom(in: source))
+        var checks = LogChecks(rules: try reader.checksumRules(in: source))
         let count = try foldLog(from: reader, log: source.log, into: &fold, through: through, checks: &checks, copyTo: copying ? (txn, target.log) : nil, progress: progress)
         try fold.finish()
         return count
@@ -259,7 +269,7 @@ extension Store {
     ///
     /// - Complexity: O(b) for b bytes of operations.
     static func checkLog(from reader: some ReadableTransaction, _ views: StoreDatabases, through: UInt64) throws(StrataError) -> LogChecks {
-        var checks = LogChecks(checksumsFrom: try reader.checksumsFrom(in: views))
+        var checks = LogChecks(rules: try reader.checksumRules(in: views))
         var carried: UInt64? = nil
         // After a damaged record, which may have been a transaction's first, the rest of its
         // transaction is not blamed for a header it could not read.
@@ -270,8 +280,9 @@ extension Store {
                 let lsn = try Counter.lsn(key: entry.key)
                 if lsn > through { break }
                 checks.operations += 1
-                switch RecordChecksum.status(entry.value, lsn: lsn, checksumsFrom: checks.checksumsFrom) {
+                switch RecordChecksum.status(entry.value, lsn: lsn, rules: checks.rules) {
                 case .valid: break
+                case .validWithoutLSN: checks.lsnUncovered += 1
                 case .absent: checks.unchecksummed += 1
                 case .damaged(let why):
                     checks.damaged.append((lsn, why))
@@ -312,16 +323,19 @@ extension Store {
                 var e = try c.first()
                 while let entry = e {
                     let lsn = try Counter.lsn(key: entry.key)
-                    guard lsn > previous else { throw StrataError(.corruptRecord, "the log is out of order at LSN \(lsn)") }
-                    if lsn > through { break }
-                    previous = lsn
-                    if lsn > checks.checkedThrough {
-                        switch RecordChecksum.status(entry.value, lsn: lsn, checksumsFrom: checks.checksumsFrom) {
+                    // The checksum first (when the LSN is not past the end): a key out of order
+                    // because it is damaged is named as such.
+                    if lsn > checks.checkedThrough && (lsn <= through || lsn <= previous) {
+                        switch RecordChecksum.status(entry.value, lsn: lsn, rules: checks.rules) {
                         case .valid: break
+                        case .validWithoutLSN: checks.lsnUncovered += 1
                         case .absent: checks.unchecksummed += 1
                         case .damaged(let why): throw RecordChecksum.damaged(lsn, why)
                         }
                     }
+                    guard lsn > previous else { throw StrataError(.corruptRecord, "the log is out of order at LSN \(lsn)") }
+                    if lsn > through { break }
+                    previous = lsn
                     // The fold writes only when it flushes, between operations, and never to the
                     // log: the record the cursor lends stays valid while it is folded.
                     try fold.apply(operation: entry.value, lsn: lsn)
@@ -394,14 +408,16 @@ extension Store {
 
 /// What a scan or a fold of a log found of its operations' checksums (see ``RecordChecksum``).
 struct LogChecks {
-    /// The first LSN whose operation must carry a checksum.
-    var checksumsFrom: UInt64
+    /// Where operations must carry a checksum, and one that covers their LSN.
+    var rules: ChecksumRules
     /// Operations checked.
     var operations = 0
     /// The damaged operations: LSN and what is wrong.
     var damaged: [(lsn: UInt64, why: String)] = []
     /// Operations written before checksums (formats 1 and 2).
     var unchecksummed = 0
+    /// Operations whose checksum does not cover their LSN (formats 3 and 4).
+    var lsnUncovered = 0
     /// Operations up to this LSN were found intact by ``Store/checkLog(from:_:through:)`` in the
     /// same read transaction: a fold that follows skips their checksums (`verify` would compute
     /// each one twice otherwise).

@@ -57,8 +57,12 @@ extension Store {
                             try txn.setMeta(MetaKey.catalogVersion, try source.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0, in: target.views)
                             // A compacted store starts from its base snapshot, which the replay keeps.
                             try txn.setMeta(MetaKey.horizon, horizon, in: target.views)
-                            // The operations are copied as they are: those before checksums stay without.
-                            try txn.setMeta(MetaKey.checksumsFrom, try source.checksumsFrom(in: views), in: target.views)
+                            // The operations are copied as they are, under the same LSNs: those before
+                            // checksums stay without, those before format 5 with checksums that do
+                            // not cover their LSN.
+                            let rules = try source.checksumRules(in: views)
+                            try txn.setMeta(MetaKey.checksumsFrom, rules.checksumsFrom, in: target.views)
+                            try txn.setMeta(MetaKey.lsnCoveredFrom, rules.lsnCoveredFrom, in: target.views)
                         }
                         try Store.copyInSteps(from: source, views.base, to: target.env, target.views.base, through: .max, stepBytes: stepBytes)
                         try Store.copyInSteps(from: source, views.log, to: target.env, target.views.log, through: lsn, stepBytes: stepBytes)
@@ -68,7 +72,7 @@ extension Store {
                             BulkFold(views: target.views, catalog: catalog, into: txn, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers)
                         }
                         fold.commitsInSteps(target.env)
-                        var checks = LogChecks(checksumsFrom: try source.checksumsFrom(in: views))
+                        var checks = LogChecks(rules: try source.checksumRules(in: views))
                         _ = try Store.fold(from: source, views, into: &fold, through: lsn, checks: &checks, progress: progress)
                         try target.env.write { txn in
                             // The fold wrote the views themselves: they are current through the last

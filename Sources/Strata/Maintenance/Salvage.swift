@@ -165,15 +165,18 @@ extension Store {
             // such copy of an LSN wins (LMDB leaves older copies of pages behind, and intact copies
             // agree: an operation is rewritten only when compaction moves its transaction's header
             // into it, and then a copy that carries the header wins over one that does not). Without the damaged store's `checksumsFrom`,
-            // operations without a checksum are taken at any LSN: recovering more is the point here.
-            let checksumsFrom = meta.checksumsFrom ?? .max
+            // operations without a checksum are taken at any LSN: recovering more is the point
+            // here; so are operations whose checksum does not cover their LSN without its
+            // `lsnCoveredFrom`. A record whose checksum covers its LSN is always checked against
+            // the key it was found under, so a damaged key or a record under another key is skipped.
+            let rules = ChecksumRules(checksumsFrom: meta.checksumsFrom ?? .max, lsnCoveredFrom: meta.lsnCoveredFrom ?? .max)
             var operations: [UInt64: [UInt8]] = [:]
             var damaged = Set<UInt64>()
             func carries(_ record: [UInt8]) -> Bool { withBytes(record) { (b) -> Bool in (try? OperationHeader(b).carriesTransaction) ?? false } }
             for (lsn, record) in scan.logCandidates where operations[lsn].map({ !carries($0) && carries(record) }) ?? true {
                 guard lsn > meta.horizon, lsn <= Counter.limit else { continue }
                 let valid: Bool = withBytes(record) { (b) -> Bool in
-                    if case .damaged = RecordChecksum.status(b, lsn: lsn, checksumsFrom: checksumsFrom) {
+                    if case .damaged = RecordChecksum.status(b, lsn: lsn, rules: rules) {
                         damaged.insert(lsn)
                         return false
                     }
@@ -181,7 +184,7 @@ extension Store {
                           id <= meta.lastTxn || meta.lastTxn == 0,
                           catalog.tables[header.tableID(in: b)] != nil,
                           // Decoded on its own: its transaction's header, when elsewhere, is seen to below.
-                          (try? LogEntry(lsn: lsn, record: b, catalog: catalog, checksumsFrom: checksumsFrom) { _ in
+                          (try? LogEntry(lsn: lsn, record: b, catalog: catalog, rules: rules) { _ in
                               TransactionHeader(id: id, timestampMicros: 0, schemaVersion: 0)
                           }) != nil
                     else { return false }
@@ -229,7 +232,7 @@ extension Store {
                 for (i, l) in chain.enumerated() {
                     // The oldest kept operation starts the row afresh: its predecessor is not in the
                     // new log, and the history walk must not look for it.
-                    let record = i == chain.count - 1 && prevOf[l]! != 0 ? try clearingPrevLSN(operations[l]!) : operations[l]!
+                    let record = i == chain.count - 1 && prevOf[l]! != 0 ? try clearingPrevLSN(operations[l]!, lsn: l) : operations[l]!
                     kept.append((l, record))
                 }
             }
@@ -296,10 +299,12 @@ extension Store {
                         // The log may have gaps (lost records), which a fold of its tail refuses: the
                         // views are marked current here, and the rebuild below makes them so.
                         if let last = kept.last { try txn.setMeta(MetaKey.viewsLSN, last.lsn, in: views) }
-                        // Operations without a checksum are kept as they are: the new store requires
-                        // one only after the last of them.
+                        // Operations without a checksum, or with one that does not cover their LSN,
+                        // are kept as they are: the new store requires one only after the last of them.
                         let unchecksummed = kept.last { $0.record.first.map { $0 < RecordFormat.checksummedFormat } ?? false }
                         try txn.setMeta(MetaKey.checksumsFrom, (unchecksummed?.lsn ?? 0) + 1, in: views)
+                        let uncovered = kept.last { $0.record.first.map { $0 < RecordFormat.lsnCoveredFormat } ?? false }
+                        try txn.setMeta(MetaKey.lsnCoveredFrom, (uncovered?.lsn ?? 0) + 1, in: views)
                     }
                 }
                 try beforeBuildingViews()
@@ -355,15 +360,16 @@ extension Store {
                 estimatedIDs.insert(id)
                 estimated += 1
             }
-            kept[i].record = try withBytes(record) { (b) throws(StrataError) in try OperationRecord.carrying(transaction, b) }
+            kept[i].record = try withBytes(record) { (b) throws(StrataError) in try OperationRecord.carrying(transaction, b, lsn: lsn) }
             carried.insert(id)
             previous = transaction
         }
         return estimated
     }
 
-    /// The operation `record` with its previous LSN set to 0.
-    private static func clearingPrevLSN(_ record: [UInt8]) throws(StrataError) -> [UInt8] {
+    /// The operation `record`, stored at `lsn`, with its previous LSN set to 0, sealed again for
+    /// `lsn` (a format-4 one as format 5, which has its layout).
+    private static func clearingPrevLSN(_ record: [UInt8], lsn: UInt64) throws(StrataError) -> [UInt8] {
         try withBytes(record) { (b) throws(StrataError) -> [UInt8] in
             let header = try OperationHeader(b)
             var r = ByteReader(b, offset: header.target.upperBound)
@@ -372,7 +378,8 @@ extension Store {
             w.append(UnsafeRawBufferPointer(rebasing: b[..<header.target.upperBound]))
             w.appendVarint(0)
             w.append(UnsafeRawBufferPointer(rebasing: b[r.offset...]))
-            if header.format >= RecordFormat.checksummedFormat { RecordChecksum.seal(&w) }
+            if header.format >= RecordFormat.compactFormat { w.bytes[0] = RecordFormat.operationFormat }
+            if header.format >= RecordFormat.checksummedFormat { RecordChecksum.seal(&w, lsn: lsn) }
             return w.bytes
         }
     }
@@ -394,6 +401,7 @@ struct RawPages {
         var catalogVersion: UInt64 = 0
         var horizon: UInt64 = 0
         var checksumsFrom: UInt64?
+        var lsnCoveredFrom: UInt64?
 
         init(entries: [String: [UInt8]]) {
             self.entries = entries
@@ -406,6 +414,7 @@ struct RawPages {
             catalogVersion = counter(MetaKey.catalogVersion)
             horizon = counter(MetaKey.horizon)
             if entries[MetaKey.checksumsFrom] != nil { checksumsFrom = counter(MetaKey.checksumsFrom) }
+            if entries[MetaKey.lsnCoveredFrom] != nil { lsnCoveredFrom = counter(MetaKey.lsnCoveredFrom) }
         }
     }
 

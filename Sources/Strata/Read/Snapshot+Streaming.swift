@@ -37,7 +37,7 @@ extension Snapshot {
         try t.encodeKey(key, into: &k)
         let txn = try self.txn
         var lsns: [UInt64] = []
-        let checksumsFrom = try txn.checksumsFrom(in: views)
+        let rules = try txn.checksumRules(in: views)
         try txn.forEachInChain(of: k.bytes, views: views) { lsn, _ in lsns.append(lsn) }
         var cache: TransactionHeader? = nil
         for lsn in lsns.reversed() {
@@ -46,8 +46,8 @@ extension Snapshot {
             guard let record = found else {
                 throw StrataError(.corruptRecord, "the history of a row names LSN \(lsn), which is not in the log")
             }
-            let op = try LogEntry(lsn: lsn, record: record, catalog: catalog, checksumsFrom: checksumsFrom) { (h) throws(StrataError) in
-                try txn.txn.transactionHeader(of: h, at: lsn, log: views.log, checksumsFrom: checksumsFrom, cache: &cache)
+            let op = try LogEntry(lsn: lsn, record: record, catalog: catalog, rules: rules) { (h) throws(StrataError) in
+                try txn.txn.transactionHeader(of: h, at: lsn, log: views.log, rules: rules, cache: &cache)
             }
             guard try body(op) else { return }
         }

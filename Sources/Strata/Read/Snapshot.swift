@@ -163,7 +163,7 @@ public struct Snapshot {
     ///
     /// - Complexity: O(k) for k operations visited, plus O(log n) to find the first.
     public func forEachOperation(from: UInt64 = 1, through: UInt64 = .max, _ body: (LogEntry) throws -> Bool) throws {
-        let checksumsFrom = try txn.checksumsFrom(in: views)
+        let rules = try txn.checksumRules(in: views)
         let (lmdbTxn, log) = (try self.txn.txn, views.log)
         var cache: TransactionHeader? = nil
         try lmdbTxn.scan(log) { c in
@@ -171,8 +171,8 @@ public struct Snapshot {
             while let entry = e {
                 let lsn = try Counter.lsn(key: entry.key)
                 if lsn > through { return }
-                let op = try LogEntry(lsn: lsn, record: entry.value, catalog: catalog, checksumsFrom: checksumsFrom) { (h) throws(StrataError) in
-                    try lmdbTxn.transactionHeader(of: h, at: lsn, log: log, checksumsFrom: checksumsFrom, cache: &cache)
+                let op = try LogEntry(lsn: lsn, record: entry.value, catalog: catalog, rules: rules) { (h) throws(StrataError) in
+                    try lmdbTxn.transactionHeader(of: h, at: lsn, log: log, rules: rules, cache: &cache)
                 }
                 guard try body(op) else { return }
                 e = try c.next()
@@ -201,12 +201,12 @@ public struct Snapshot {
             var k = ByteWriter(capacity: 40)
             try t.encodeKey(key, into: &k)
             var entries: [LogEntry] = []
-            let checksumsFrom = try txn.checksumsFrom(in: views)
+            let rules = try txn.checksumRules(in: views)
             let lmdbTxn = try txn.txn
             var cache: TransactionHeader? = nil
             try txn.forEachInChain(of: k.bytes, views: views) { lsn, record in
-                entries.append(try LogEntry(lsn: lsn, record: record, catalog: catalog, checksumsFrom: checksumsFrom) { (h) throws(StrataError) in
-                    try lmdbTxn.transactionHeader(of: h, at: lsn, log: views.log, checksumsFrom: checksumsFrom, cache: &cache)
+                entries.append(try LogEntry(lsn: lsn, record: record, catalog: catalog, rules: rules) { (h) throws(StrataError) in
+                    try lmdbTxn.transactionHeader(of: h, at: lsn, log: views.log, rules: rules, cache: &cache)
                 })
             }
             return entries.reversed()
@@ -236,7 +236,7 @@ extension ViewReader {
         }
         // Operations up to the horizon were folded into `base`; the chain continues there.
         let horizon = try horizon(in: views)
-        let checksumsFrom = try checksumsFrom(in: views)
+        let rules = try checksumRules(in: views)
         while lsn > horizon {
             var key = lsn.bigEndian
             let found = try lmdb { () throws(LMDBError) in try Swift.withUnsafeBytes(of: &key) { (k) throws(LMDBError) in try get(k, in: views.log) } }
@@ -244,7 +244,7 @@ extension ViewReader {
                 throw StrataError(.corruptRecord, "the history of a row names LSN \(lsn), which is not in the log")
             }
             // Checked before its previous LSN is followed: a damaged one would lead astray.
-            try RecordChecksum.check(record, lsn: lsn, checksumsFrom: checksumsFrom)
+            try RecordChecksum.check(record, lsn: lsn, rules: rules)
             let header = try OperationHeader(record)
             guard header.prevLSN < lsn else {
                 throw StrataError(.corruptRecord, "operation \(lsn) names a later operation (\(header.prevLSN)) as its predecessor")

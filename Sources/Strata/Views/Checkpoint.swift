@@ -74,7 +74,7 @@ extension Store {
         let catalog = try currentCatalog(txn)
         var scratch = ByteWriter(capacity: 512)
         var table: TableInfo? = nil
-        let checksumsFrom = try txn.checksumsFrom(in: views)
+        let rules = try txn.checksumRules(in: views)
         try txn.scan(views.log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: (version.lsn + 1).bigEndian) { Array($0) })
             var expected = version.lsn + 1
@@ -82,11 +82,12 @@ extension Store {
                 var r = ByteReader(entry.key)
                 let lsn = try r.bigEndian64()
                 if lsn > end { break }
+                // Read from disk (written by another process, or before the last close), not built
+                // here. Checked before the LSN's place: a damaged key is named as such.
+                try RecordChecksum.check(entry.value, lsn: lsn, rules: rules)
                 guard lsn == expected else {
                     throw StrataError(.corruptRecord, "the log of the store at '\(path)' jumps from LSN \(expected - 1) to \(lsn) after its checkpointed views")
                 }
-                // Read from disk (written by another process, or before the last close), not built here.
-                try RecordChecksum.check(entry.value, lsn: lsn, checksumsFrom: checksumsFrom)
                 let header = try OperationHeader(entry.value)
                 let target = UnsafeRawBufferPointer(rebasing: entry.value[header.target])
                 var tr = ByteReader(target)

@@ -121,6 +121,10 @@ enum MetaKey {
     /// created with store format 5 or later, the LSN after the last operation for one migrated
     /// to it. Operations before it (formats 1 and 2) carry none.
     static let checksumsFrom = "checksumsFrom"
+    /// The first LSN whose operation's checksum covers its LSN (operation format 5): 1 for a
+    /// store created with store format 7 or later, the LSN after the last operation for one
+    /// migrated to it. Operations before it (formats 3 and 4) have checksums of their content only.
+    static let lsnCoveredFrom = "lsnCoveredFrom"
     /// Prefix of log pins (see ``Transaction/pinLog(_:after:)``).
     static let pinPrefix = "pin:"
 }

@@ -49,7 +49,7 @@ struct ViewReader {
     func lastLSN(in views: StoreDatabases) throws(StrataError) -> UInt64 { try txn.lastLSN(in: views) }
     func lastLSN(of log: Database) throws(StrataError) -> UInt64 { try txn.lastLSN(of: log) }
     func horizon(in views: StoreDatabases) throws(StrataError) -> UInt64 { try txn.horizon(in: views) }
-    func checksumsFrom(in views: StoreDatabases) throws(StrataError) -> UInt64 { try txn.checksumsFrom(in: views) }
+    func checksumRules(in views: StoreDatabases) throws(StrataError) -> ChecksumRules { try txn.checksumRules(in: views) }
 }
 
 /// A forward cursor over one database as a ``ViewReader`` sees it: LMDB's entries merged with the
@@ -193,7 +193,7 @@ struct ViewWriter {
     func metaUInt64(_ key: String, in views: StoreDatabases) throws(StrataError) -> UInt64? { try reader.metaUInt64(key, in: views) }
     func lastLSN(in views: StoreDatabases) throws(StrataError) -> UInt64 { try reader.lastLSN(in: views) }
     func horizon(in views: StoreDatabases) throws(StrataError) -> UInt64 { try reader.horizon(in: views) }
-    func checksumsFrom(in views: StoreDatabases) throws(StrataError) -> UInt64 { try reader.checksumsFrom(in: views) }
+    func checksumRules(in views: StoreDatabases) throws(StrataError) -> ChecksumRules { try reader.checksumRules(in: views) }
 
     func setMeta(_ key: String, _ value: [UInt8], in views: StoreDatabases) throws(StrataError) {
         try lmdb { () throws(LMDBError) in try lmdbWriter("setMeta").put(Array(key.utf8), value, in: views.meta) }

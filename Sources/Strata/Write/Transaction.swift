@@ -615,7 +615,8 @@ public final class Transaction {
         let oldFlags = old?.flags
         if opBuf.count == entriesStart && flags == oldFlags && annotation.isEmpty { return }
         opBuf.bytes[flagsAt] = flags.rawValue | bits
-        RecordChecksum.seal(&opBuf)
+        // Sealed once, with the LSN it is appended under: the checksum covers the key too.
+        RecordChecksum.seal(&opBuf, lsn: lsn)
 
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
             let header = try OperationHeader(op)
