@@ -57,7 +57,7 @@ import LMDB
 /// in the other layout. It is computed once, when the write path has built the record (or
 /// compaction or salvage has rewritten it), and checked where the log is read
 /// as evidence: `verify`, `rebuild`, `replay`, `compact`, `salvage`, the fold of a log tail when
-/// a store opens, and the history reads (``Snapshot/history(_:key:)``, `strata log`); see
+/// a store opens, and the history reads (``Snapshot/history(_:key:)-(_,RowKey)``, `strata log`); see
 /// ``RecordChecksum``. The format byte itself is covered by the store: every operation from
 /// LSN `checksumsFrom` (a `meta` counter, set when the store was created or migrated to store
 /// format 5) on must be format 3 or later, so a damaged format byte that reads as 1 or 2 is caught too.
