@@ -3,6 +3,9 @@ import PackageDescription
 
 let package = Package(
     name: "Strata",
+    // Minimum versions on Apple platforms only (macOS 15 for Synchronization's Mutex); Linux needs
+    // none. iOS is not supported: CLMDB takes LMDB from the system through pkg-config, which iOS
+    // does not have. SwiftPM cannot mark a platform unsupported, so an iOS build fails at lmdb.h.
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "Strata", targets: ["Strata"]),
@@ -19,7 +22,8 @@ let package = Package(
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
-        // Debian's liblmdb-dev, found through pkg-config; the shim only includes <lmdb.h>.
+        // The system's LMDB (Debian's liblmdb-dev, Homebrew's lmdb), found through pkg-config; the
+        // shim only includes <lmdb.h>.
         .systemLibrary(
             name: "CLMDB",
             pkgConfig: "lmdb",

@@ -4,7 +4,7 @@ import Synchronization
 import Testing
 
 @Suite struct ReadmeReadingTests {
-    struct Task: Codable, Equatable {
+    struct TodoItem: Codable, Equatable {
         var id: Int64
         var title: String
         var priority: Int
@@ -38,8 +38,8 @@ import Testing
             let firstPage = try store.read { try $0.page(view: "open by priority", size: 20) }
 
             // Typed records beside rows; history and time travel; change notifications.
-            try store.write { try $0.upsert(Task(id: 31, title: "Pay rent", priority: 1, done: false), into: "tasks") }
-            let task = try store.read { try $0.record(Task.self, from: "tasks", key: 31) }
+            try store.write { try $0.upsert(TodoItem(id: 31, title: "Pay rent", priority: 1, done: false), into: "tasks") }
+            let task = try store.read { try $0.record(TodoItem.self, from: "tasks", key: 31) }
             let token2 = store.observe { commit in seen.withLock { $0 += commit.changes.count } }
             try store.write { try $0.update("tasks", key: 31, ["done": true]) }
             let before = try store.read { try $0.row("tasks", key: 31, asOf: 31) }   // as it was at LSN 31
@@ -47,7 +47,7 @@ import Testing
             #expect(rows.count == 10 && rows.allSatisfy { $0["priority"].intValue! < 2 })
             #expect(plan == "index by_priority ranges (1), then sort (no index gives this order: each page sorts the whole result)")
             #expect(firstPage.rows.count == 20 && firstPage.next != nil)
-            #expect(task == Task(id: 31, title: "Pay rent", priority: 1, done: false))
+            #expect(task == TodoItem(id: 31, title: "Pay rent", priority: 1, done: false))
             #expect(before?["done"] == false && seen.withLock { $0 } == 1)
             token2.cancel()
         }

@@ -14,13 +14,13 @@ public struct LogEntry: Sendable, Hashable {
         case update = 2
         /// A row deleted by the app (a pending delete, or the removal of a local insert).
         case delete = 3
-        /// One field returned to its original (``Transaction/revert(_:key:field:)``).
+        /// One field returned to its original (``Transaction/revert(_:key:field:)-(_,RowKey,_)``).
         case revertField = 4
-        /// A row returned to its originals (``Transaction/revert(_:key:)``).
+        /// A row returned to its originals (``Transaction/revert(_:key:)-(_,RowKey)``).
         case revertRow = 5
         /// A row returned to its originals by reverting its whole table (``Transaction/revertAll(_:)``).
         case revertTable = 6
-        /// The server accepted the row: its current values became its originals (``Transaction/acknowledge(_:key:)``).
+        /// The server accepted the row: its current values became its originals (``Transaction/acknowledge(_:key:)-(_,RowKey)``).
         case acknowledge = 7
         /// A row created or changed by a server delta (merge).
         case serverChange = 8

@@ -61,7 +61,7 @@ import LMDB
 /// the write path has built the record and given it its LSN (or compaction or salvage has
 /// rewritten it, under the same LSN), and checked where the log is read as evidence: `verify`,
 /// `rebuild`, `replay`, `compact`, `salvage`, the fold of a log tail when a store opens, and the
-/// history reads (``Snapshot/history(_:key:)``, `strata log`). The format byte itself is covered
+/// history reads (``Snapshot/history(_:key:)-(_,RowKey)``, `strata log`). The format byte itself is covered
 /// by the store: every operation from LSN `checksumsFrom` (a `meta` counter, set when the store
 /// was created or migrated to store format 5) on must be format 3 or later, so a damaged format
 /// byte that reads as 1 or 2 is caught too; and every operation from LSN `lsnCoveredFrom` (set

@@ -81,7 +81,7 @@ extension Store {
     /// - Rows, `pending`, indexes and views are not touched: they already are the fold of the
     ///   whole log. ``rebuild(progress:)``, ``verify(progress:)`` and ``replay(into:through:progress:)``
     ///   start from the base snapshot.
-    /// - ``Snapshot/history(_:key:)`` returns the operations after the horizon;
+    /// - ``Snapshot/history(_:key:)-(_,RowKey)`` returns the operations after the horizon;
     ///   ``Snapshot/row(_:key:asOf:includingDeleted:)`` and ``replay(into:through:progress:)`` before it
     ///   throw ``StrataError/Code-swift.struct/compacted``.
     /// - The space the removed operations used is reused by later writes, so the file stops

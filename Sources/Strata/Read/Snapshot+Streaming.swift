@@ -25,7 +25,7 @@ extension Snapshot {
     }
 
     /// Calls `body` with every operation on the row `key` of `table`, oldest first (see
-    /// ``history(_:key:)``); return `false` from `body` to stop.
+    /// ``history(_:key:)-(_,RowKey)``); return `false` from `body` to stop.
     ///
     /// The operations of a row form a chain through the log that is followed from the newest;
     /// to hand them out oldest first, this keeps their LSNs (8 bytes each), not the operations.

@@ -44,7 +44,8 @@ public enum Value: Sendable, Hashable {
     case string(String)
     /// Raw bytes (a BLOB).
     case bytes([UInt8])
-    /// A point in time, stored with the full precision of `Date`.
+    /// A point in time, stored as seconds since 1970 in a `Double` (about a quarter of a
+    /// microsecond apart today; see ``ValueConvertible`` for what that means for a `Date`).
     case timestamp(Date)
 
     /// The type of the value, or `nil` for ``null``.

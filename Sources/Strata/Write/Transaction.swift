@@ -269,7 +269,7 @@ public final class Transaction {
         try logEdit(.revertRow, t, old: old) { (op) throws(StrataError) in try EditRules.revertRow(old: old, into: &op) }
     }
 
-    /// Reverts every pending row of a table (see ``revert(_:key:)``). Returns how many rows changed.
+    /// Reverts every pending row of a table (see ``revert(_:key:)-(_,RowKey)``). Returns how many rows changed.
     ///
     /// - Complexity: O(p log n) for p pending rows of the table.
     @discardableResult
@@ -557,7 +557,7 @@ public final class Transaction {
         get throws(StrataError) { Snapshot(txn: try txn.reader, views: views, catalog: try catalog, lease: lease) }
     }
 
-    /// The row as this transaction sees it; see ``Snapshot/row(_:key:includingDeleted:)``.
+    /// The row as this transaction sees it; see ``Snapshot/row(_:key:includingDeleted:)-(_,RowKey,_)``.
     public func row(_ table: String, key: RowKey, includingDeleted: Bool = false) throws(StrataError) -> Row? {
         try snapshot.row(table, key: key, includingDeleted: includingDeleted)
     }
