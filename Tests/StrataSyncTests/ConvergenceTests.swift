@@ -190,7 +190,8 @@ final class TestServer {
         let seed = testSeed(name)
         let trials = ProcessInfo.processInfo.environment["STRATA_TRIALS"].flatMap(Int.init) ?? 1
         let only = ProcessInfo.processInfo.environment["STRATA_TRIAL_SEED"].flatMap(UInt64.init)
-        var g = SplitMix64(seed: seed)
+        // Each case draws its own trials from one `STRATA_SEED`.
+        var g = SplitMix64(seed: seed ^ (UInt64(count) << 56) ^ UInt64(truncatingIfNeeded: overlayBudget &* 0x9E37_79B9))
         var twinRows = 0
         for trial in 0..<(only == nil ? trials : 1) {
             let trialSeed = only ?? g.next()
