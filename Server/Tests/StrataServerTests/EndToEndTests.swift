@@ -202,7 +202,7 @@ struct EndToEndTests {
         var twinRows = 0
         for trial in 0..<(only == nil ? trials : 1) {
             let trialSeed = only ?? g.next()
-            twinRows += try await trial(faults, seed: trialSeed, label: "trial \(trial) (trial seed \(trialSeed))")
+            twinRows += try await Self.trial(faults, seed: trialSeed, label: "trial \(trial) (trial seed \(trialSeed))")
         }
         print("converge(\(faults)): \(only == nil ? trials : 1) trials, \(twinRows) settings rows under a key with a Unicode twin on the server at the end")
     }
