@@ -195,7 +195,9 @@ public final class SyncClient: Sendable {
     ) throws {
         let snap = try tx.snapshot
         let schema = try snap.schema(delta.table)
-        let keyFields = Set(schema.primaryKey)
+        // Names compare by their bytes, as the store's do: a delta's field that is a key field's
+        // name in another Unicode form is not that key field.
+        let keyFields = ExactNames(schema.primaryKey)
         var seen = Set<RowKey>(minimumCapacity: delta.upserts.count + delta.deletes.count)
         var order: [Int] = []  // `mergeOnRecord`'s, reused
         func context(_ key: RowKey) -> String { "the delta's row \(key) of table '\(delta.table)'" }
@@ -205,14 +207,14 @@ public final class SyncClient: Sendable {
             if refused[position] != nil {
                 // Set aside: what the store holds under its key stays as it is (a snapshot does
                 // not take it for deleted).
-                seen.insert(RowKey(schema.primaryKey.compactMap { k in row.fields[k].map { stored($0, k, schema) } }))
+                seen.insert(RowKey(schema.primaryKey.compactMap { k in row.fields[exactly: k].map { stored($0, k, schema) } }))
                 continue
             }
             do {
                 var keyValues: [Value] = []
                 keyValues.reserveCapacity(schema.primaryKey.count)
                 for k in schema.primaryKey {
-                    guard let v = row.fields[k], !v.isNull else {
+                    guard let v = row.fields[exactly: k], !v.isNull else {
                         throw StrataError(.missingField, "row \(index) of table '\(delta.table)' in the delta lacks its key field '\(k)'")
                     }
                     keyValues.append(stored(v, k, schema))
@@ -232,7 +234,19 @@ public final class SyncClient: Sendable {
                 ) { continue }
                 if schema.mode == .fixed {
                     for name in row.fields.keys where !keyFields.contains(name) && schema.field(name) == nil {
+                        if let twin = schema.twin(of: name) {
+                            throw StrataError(.fieldNotFound, "\(context(key)) sets field '\(name)': " + RowRule.twinMessage(table: delta.table, name, twin))
+                        }
                         throw StrataError(.fieldNotFound, "\(context(key)) sets field '\(name)', which the table does not have")
+                    }
+                } else {
+                    // A property bag holds one of two names `==` calls equal. The merge below
+                    // works on `[String: Value]`, where the server's name would land on the
+                    // table's other form: refused first (the merge on the record refuses it too).
+                    for name in row.fields.keys where !keyFields.contains(name) {
+                        if let twin = try tx.fieldTwin(delta.table, of: name) {
+                            throw StrataError(.fieldNotFound, "\(context(key)) sets field '\(name)': " + RowRule.twinMessage(table: delta.table, name, twin))
+                        }
                     }
                 }
                 var values: [String: Value] = [:]

@@ -23,7 +23,9 @@ public final class InMemorySyncServer: SyncTransport {
     }
     struct State {
         var rows: [String: [RowKey: [String: Value]]] = [:]
-        var fieldNames: [String: Set<String>] = [:]
+        /// Every field name each table's rows have held, each once by its bytes (two names that
+        /// Swift's `==` calls equal are two names, as in a client's store).
+        var fieldNames: [String: [String]] = [:]
         var log: [(version: Int, table: String, key: RowKey)] = []
         var version = 0
         /// Every batch applied, by id: its client, its number, its payload as `WireFormat`
@@ -65,13 +67,13 @@ public final class InMemorySyncServer: SyncTransport {
 
     /// Why `RowRule` refuses `change` for its table, if the server knows the table.
     private func refusal(_ change: RowChange) -> String? {
-        guard let schema = tables[change.table] else { return nil }
+        guard let schema = tables[exactly: change.table] else { return nil }
         do {
             _ = try RowRule.admit(key: change.key, of: schema)
             for (f, v) in change.values { _ = try RowRule.admit(v, field: f, of: schema) }
             for (f, v) in change.originals { _ = try RowRule.admit(v, field: f, of: schema) }
             if change.kind == .insert, schema.mode == .fixed, let f = schema.fields.first(where: { f in
-                !f.isNullable && f.defaultValue == nil && change.values[f.name] == nil
+                !f.isNullable && f.defaultValue == nil && change.values[exactly: f.name] == nil
             }) {
                 return "an insert into '\(schema.name)' needs field '\(f.name)'"
             }
@@ -92,7 +94,7 @@ public final class InMemorySyncServer: SyncTransport {
         state.withLock { s in
             if let fields {
                 s.rows[table, default: [:]][key] = fields.filter { !$0.value.isNull }
-                s.fieldNames[table, default: []].formUnion(fields.keys)
+                s.note(fields.keys, of: table)
             } else {
                 s.rows[table]?[key] = nil
             }
@@ -198,10 +200,13 @@ public final class InMemorySyncServer: SyncTransport {
         }
     }
 
-    /// A complete row: fields without a value are listed as null.
+    /// A complete row: fields without a value are listed as null (but not a name the row holds
+    /// in another Unicode form: a `[String: Value]` has room for one of the two).
     private func full(_ table: String, _ key: RowKey, _ row: [String: Value], _ s: State) -> [String: Value] {
         var full: [String: Value] = [:]
-        for f in s.fieldNames[table] ?? [] { full[f] = row[f] ?? .null }
+        for f in s.fieldNames[table] ?? [] {
+            if let v = row[exactly: f] { full[f] = v } else if row[f] == nil { full[f] = .null }
+        }
         for (i, k) in (keyFields[table] ?? ["id"]).enumerated() { full[k] = key.values[i] }
         return full
     }
@@ -254,7 +259,7 @@ public final class InMemorySyncServer: SyncTransport {
 
     private func apply(_ c: RowChange, _ s: inout State, as newKey: RowKey? = nil, serverValues: [String: Value] = [:]) -> RowResult {
         let key = newKey ?? c.key
-        let keyNames = Set(keyFields[c.table] ?? ["id"])
+        let keyNames = ExactNames(keyFields[exactly: c.table] ?? ["id"])
         var rows = s.rows[c.table] ?? [:]
         switch c.kind {
         case .insert:
@@ -262,6 +267,13 @@ public final class InMemorySyncServer: SyncTransport {
             rows[key] = c.values.filter { !$0.value.isNull && !keyNames.contains($0.key) }
         case .update:
             guard var row = rows[key] else { return RowResult(table: c.table, key: c.key, status: .conflict) }
+            // A row holds one of two names `==` calls equal (a `[String: Value]` has room for
+            // one), as `RowRule` has a row hold them, and strata-server: the other is refused.
+            for f in c.values.keys where row[f] != nil && row[exactly: f] == nil {
+                let held = row.keys.first { $0 == f }!
+                let reason = "row \(c.key) of table '\(c.table)' holds the field '\(held)' (\(held.codePoints)), which differs from '\(f)' (\(f.codePoints)) only in Unicode form; field names compare by their bytes, and a row holds one of two such names"
+                return RowResult(table: c.table, key: c.key, status: .error, error: RowError(reason: reason, action: .setAside))
+            }
             for (f, o) in c.originals where (row[f] ?? .null) != o { return RowResult(table: c.table, key: c.key, status: .conflict) }
             for (f, v) in c.values {
                 if v.isNull { row.removeValue(forKey: f) } else { row[f] = v }
@@ -274,15 +286,24 @@ public final class InMemorySyncServer: SyncTransport {
             for (f, o) in c.originals where (row[f] ?? .null) != o { return RowResult(table: c.table, key: c.key, status: .conflict) }
             // The whole row: a field the delete does not name must be null here (the same
             // rule as the reference server's).
-            for (f, v) in row where c.originals[f] == nil && !v.isNull { return RowResult(table: c.table, key: c.key, status: .conflict) }
+            for (f, v) in row where c.originals[exactly: f] == nil && !v.isNull { return RowResult(table: c.table, key: c.key, status: .conflict) }
             rows[key] = nil
         }
         if c.kind != .delete, !serverValues.isEmpty { rows[key]?.merge(serverValues) { $1 } }
         s.rows[c.table] = rows
-        s.fieldNames[c.table, default: []].formUnion(c.values.keys.filter { !keyNames.contains($0) })
-        s.fieldNames[c.table, default: []].formUnion(serverValues.keys)
+        s.note(c.values.keys.filter { !keyNames.contains($0) }, of: c.table)
+        s.note(serverValues.keys, of: c.table)
         s.version += 1
         s.log.append((s.version, c.table, key))
         return .ok(c.table, c.key, newKey: newKey)
+    }
+}
+
+extension InMemorySyncServer.State {
+    /// Adds field names of `table` not seen yet, compared by their bytes.
+    mutating func note(_ names: some Sequence<String>, of table: String) {
+        for name in names where !(fieldNames[table]?.contains { $0.sameBytes(name) } ?? false) {
+            fieldNames[table, default: []].append(name)
+        }
     }
 }

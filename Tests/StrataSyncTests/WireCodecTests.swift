@@ -205,8 +205,10 @@ import Testing
             (#"{"anchor":"a","tables":[{"table":"t","table":"u"}]}"#, "tables[0]: duplicate key 'table'"),
             (String(decoding: Self.delta(fields: #""title":null,"title":{"string":"x"}"#), as: UTF8.self), "tables[0].upserts[0].fields: duplicate key 'title'"),
             (String(decoding: Self.delta(fields: #""n":{"int":1,"int":2}"#), as: UTF8.self), "tables[0].upserts[0].fields.n: duplicate key 'int'"),
-            // Two spellings of one name: one key of a Swift dictionary.
-            (String(decoding: Self.delta(fields: "\"\u{E9}\":null,\"e\u{301}\":null"), as: UTF8.self), "tables[0].upserts[0].fields: duplicate key 'e\u{301}'"),
+            // Two spellings of one name: one key of a Swift dictionary, and two names to Strata,
+            // of which a row holds one. The message names both forms.
+            (String(decoding: Self.delta(fields: "\"\u{E9}\":null,\"e\u{301}\":null"), as: UTF8.self),
+             "tables[0].upserts[0].fields: duplicate key 'e\u{301}' (U+0065 U+0301): it differs from the key '\u{E9}' (U+00E9) only in Unicode form, and a row holds one of two such field names (Strata compares them by their bytes)"),
         ]
         for (json, message) in cases {
             #expect(Self.refusal(ServerDelta.self, Array(json.utf8)) == "malformed ServerDelta payload: \(message)")

@@ -79,19 +79,29 @@ extension Database {
         for (f, v) in c.originals { n.originals[f] = try table.check(v, field: f, row: row) }
         switch c.kind {
         case .insert:
-            for (k, v) in zip(table.primaryKey, n.key.values) where (n.values[k] ?? v) != v {
-                throw .bad("\(row): key field '\(k)' is \(n.values[k]!) but the key says \(v)")
+            for (k, v) in zip(table.primaryKey, n.key.values) where (n.values[bytes: k] ?? v) != v {
+                throw .bad("\(row): key field '\(k)' is \(n.values[bytes: k]!) but the key says \(v)")
             }
-            for f in table.fields where f.nullable != true && f.default == nil && !table.primaryKey.contains(f.name) && n.values[f.name] == nil {
+            for f in table.fields where f.nullable != true && f.default == nil && !table.isKeyField(f.name) && n.values[bytes: f.name] == nil {
                 throw .bad("\(row): an insert into '\(c.table)' needs field '\(f.name)'")
             }
             guard c.originals.isEmpty else { throw .bad("\(row): an insert has no originals") }
         case .update:
-            for k in table.primaryKey where c.values[k] != nil { throw .bad("\(row): an update cannot change key field '\(k)'") }
+            for k in table.primaryKey where c.values[bytes: k] != nil { throw .bad("\(row): an update cannot change key field '\(k)'") }
         case .delete:
             guard c.values.isEmpty else { throw .bad("\(row): a delete has no values") }
         }
         return n
+    }
+
+    /// A field of `fields` that one of `names` names in another Unicode form (equal under
+    /// Swift's `==`, other bytes), with that name.
+    static func twinField(of fields: [String: Value], in names: [String]) -> (held: String, named: String)? {
+        for name in names {
+            guard let i = fields.index(forKey: name), !fields[i].key.utf8.elementsEqual(name.utf8) else { continue }
+            return (fields[i].key, name)
+        }
+        return nil
     }
 
     private struct Stored {
@@ -223,7 +233,7 @@ extension Database {
             var orphan: String?
             if change.kind != .delete {
                 for a in tables.associations ?? [] where a.child == change.table {
-                    guard let v = change.values[a.field], !v.isNull else { continue }
+                    guard let v = change.values[bytes: a.field], !v.isNull else { continue }
                     let parent = StoredRowID(a.parent, Self.keyText(RowKey([v])))
                     let live = rows[parent].map { !$0.deleted } ?? liveParents.contains(parent)
                     if !live { orphan = "\(a.field) names \(a.parent) \(v), which does not exist on the server" }
@@ -237,14 +247,22 @@ extension Database {
             var row = rows[id] ?? Stored(fields: [:], deleted: true, exists: false)
             let live = !row.deleted
             func matches(_ originals: [String: Value]) -> Bool {
-                originals.allSatisfy { f, o in (row.fields[f] ?? .null) == o }
+                originals.allSatisfy { f, o in (row.fields[bytes: f] ?? .null) == o }
             }
-            let nonKey = change.values.filter { !table.primaryKey.contains($0.key) }
+            let nonKey = change.values.filter { !table.isKeyField($0.key) }
+            // A row holds one of two field names that Swift's `==` calls equal (its fields are a
+            // `[String: Value]`, which has room for one), as a client's store does: a change
+            // naming the other form of a field the row holds is set aside, not merged into it.
+            if live, let (held, named) = Self.twinField(of: row.fields, in: Array(change.values.keys) + Array(change.originals.keys)) {
+                let reason = "row \(change.key) of table '\(change.table)' holds the field '\(held)', which differs from '\(named)' only in Unicode form; field names compare by their bytes, and a row holds one of two such names"
+                results.append(RowResult(table: change.table, key: change.key, status: .error, error: RowError(reason: reason, action: .setAside)))
+                continue
+            }
             switch change.kind {
             case .insert:
                 guard !live else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
                 var fields: [String: Value] = [:]
-                for f in table.fields where !table.primaryKey.contains(f.name) { fields[f.name] = f.default }
+                for f in table.fields where !table.isKeyField(f.name) { fields[f.name] = f.default }
                 fields.merge(nonKey) { $1 }
                 row = Stored(fields: fields.filter { table.isPropertyBag || !$0.value.isNull }, deleted: false, exists: row.exists)
             case .update:
@@ -257,7 +275,7 @@ extension Database {
                 // names, and that every field it does not name is null here (a client names only
                 // its non-null originals). Otherwise a field someone set since the client last
                 // saw it null, or one the client never knew, would be deleted unseen.
-                let unnamedAreNull = row.fields.allSatisfy { f, v in change.originals[f] != nil || v.isNull }
+                let unnamedAreNull = row.fields.allSatisfy { f, v in change.originals[bytes: f] != nil || v.isNull }
                 guard matches(change.originals), unnamedAreNull else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
                 row.deleted = true
                 row.fields = [:]

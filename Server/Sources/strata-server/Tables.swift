@@ -31,7 +31,11 @@ struct TableConfig: Codable, Sendable {
         var serverAssignedKey: Bool?
 
         var isPropertyBag: Bool { mode == .propertyBag }
-        func field(_ name: String) -> Field? { fields.first { $0.name == name } }
+        /// The field called `name`, compared by its UTF-8 bytes (another Unicode form of a
+        /// field's name is not that field, as in a client's store).
+        func field(_ name: String) -> Field? { fields.first { $0.name.utf8.elementsEqual(name.utf8) } }
+        /// Whether `name` is a key field, compared by its bytes.
+        func isKeyField(_ name: String) -> Bool { primaryKey.contains { $0.utf8.elementsEqual(name.utf8) } }
     }
 
     var tables: [Table]
@@ -56,6 +60,12 @@ struct TableConfig: Codable, Sendable {
         for t in tables {
             guard !t.name.isEmpty, names.insert(t.name).inserted else { throw ServerError("table '\(t.name)' is listed twice or has no name") }
             guard !t.primaryKey.isEmpty else { throw ServerError("table '\(t.name)' needs a primary key") }
+            // The clients' rule for a table's names (`TableSchema`): no name twice, and no two
+            // that Swift's `==` calls equal (NFC and NFD forms), which a client refuses.
+            var fieldNames = Set<String>()
+            for f in t.fields where !fieldNames.insert(f.name).inserted {
+                throw ServerError("table '\(t.name)': field '\(f.name)' is listed twice, or in two Unicode forms (field names compare by their bytes, and a table holds one of two such names)")
+            }
             for k in t.primaryKey where t.field(k) == nil { throw ServerError("table '\(t.name)': key field '\(k)' is not among its fields") }
             if t.serverAssignedKey == true, t.primaryKey.count != 1 || t.field(t.primaryKey[0])?.type != .int {
                 throw ServerError("table '\(t.name)': a server-assigned key needs a single int key field")
@@ -115,6 +125,7 @@ struct ServerTable: Sendable {
 
     var name: String { config.name }
     var primaryKey: [String] { config.primaryKey }
+    func isKeyField(_ name: String) -> Bool { config.isKeyField(name) }
     var fields: [TableConfig.Field] { config.fields }
     var isPropertyBag: Bool { config.isPropertyBag }
     var serverAssignedKey: Bool { config.serverAssignedKey == true }
@@ -151,5 +162,14 @@ struct ServerTable: Sendable {
             throw .bad("\(row): the key takes \(size) bytes as the server stores it, with its table name; the server takes at most \(Self.maxStoredKeyBytes)")
         }
         return checked
+    }
+}
+
+extension Dictionary where Key == String {
+    /// The value under `name` compared by its UTF-8 bytes: `self[name]` hashes and compares as
+    /// Swift's `==` does, and finds an entry under `name` in another Unicode form too.
+    subscript(bytes name: String) -> Value? {
+        guard let i = index(forKey: name), self[i].key.utf8.elementsEqual(name.utf8) else { return nil }
+        return self[i].value
     }
 }

@@ -28,32 +28,34 @@ struct EndToEndTests {
     struct Model {
         var records: [String: (Batch, BatchAck)] = [:]
 
-        /// Records acknowledgements; returns what they accepted, as "key field value" and
-        /// "key <delete>".
-        mutating func record(_ log: [(Batch, BatchAck)]) -> Set<String> {
-            var accepted = Set<String>()
+        /// Records acknowledgements; returns what they accepted, as the bytes of "table key field
+        /// value" and "table key <delete>" (bytes: two keys that differ only in Unicode form are
+        /// two rows).
+        mutating func record(_ log: [(Batch, BatchAck)]) -> Set<[UInt8]> {
+            var accepted = Set<[UInt8]>()
             for (batch, ack) in log {
                 records[batch.id] = (batch, ack)
                 for (change, result) in zip(batch.changes, ack.results) where result.status == .ok {
-                    if change.kind == .delete { accepted.insert("\(change.key) <delete>") }
-                    for (f, v) in change.values where f != "id" { accepted.insert("\(change.key) \(f) \(v)") }
+                    if change.kind == .delete { accepted.insert(utf8("\(change.table) \(change.key) <delete>")) }
+                    for (f, v) in change.values where f != keyField[change.table] { accepted.insert(utf8("\(change.table) \(change.key) \(f) \(v)")) }
                 }
             }
             return accepted
         }
 
-        /// The rows of `tasks` after applying the accepted changes in the server's commit order.
-        func lines(_ db: TestDatabase) throws -> [String] {
-            var rows: [RowKey: [String: Value]] = [:]
+        /// The rows of `tasks` and `settings` after applying the accepted changes in the server's
+        /// commit order, as ``serverRows(_:token:)`` gives them.
+        func lines(_ db: TestDatabase) throws -> [[UInt8]] {
+            var rows: [RowID: [String: Value]] = [:]
             let order = try db.sql("SELECT id FROM strata_batches WHERE seq IS NOT NULL ORDER BY seq").split(separator: "\n").map(String.init)
             for id in order {
                 guard let (batch, ack) = records[id] else { continue }   // asserted elsewhere
-                for (change, result) in zip(batch.changes, ack.results) where result.status == .ok && change.table == "tasks" {
-                    let key = change.key
+                for (change, result) in zip(batch.changes, ack.results) where result.status == .ok && keyField[change.table] != nil {
+                    let key = RowID(table: change.table, key: change.key)
                     switch change.kind {
                     case .insert:
-                        var row: [String: Value] = ["priority": 0, "done": false]
-                        for (f, v) in change.values where f != "id" { row[f] = v }
+                        var row: [String: Value] = change.table == "tasks" ? ["priority": 0, "done": false] : [:]
+                        for (f, v) in change.values where f != keyField[change.table] { row[f] = v }
                         rows[key] = row.filter { !$0.value.isNull }
                     case .update:
                         for (f, v) in change.values {
@@ -64,13 +66,33 @@ struct EndToEndTests {
                     }
                 }
             }
-            return rows.map { key, fields in "\(key) \(fields.sorted { $0.key < $1.key })" }.sorted()
+            return rows.map { id, fields in utf8("\(id.table) \(id.key) \(fields.sorted { $0.key < $1.key })") }.sorted { $0.lexicographicallyPrecedes($1) }
         }
     }
 
+    /// Half the edits go to `tasks` (int keys), half to the property bag `settings`, whose keys
+    /// include Unicode twins (`settingKeys`).
     static func randomEdit(_ c: Client, _ g: inout Random) throws {
-        let key = RowKey(.int(Int64(1 + g.below(12))))
         let titles: [Value] = ["a", "b", "c", "d"]
+        if g.below(2) == 0 {
+            let key = RowKey(.string(settingKeys[g.below(settingKeys.count)]))
+            try c.store.write { tx in
+                switch g.below(10) {
+                case 0, 1, 2:
+                    try? tx.insert("settings", ["name": key.values[0], "v": .int(Int64(g.below(3))), "w": titles[g.below(4)]])
+                case 3, 4, 5, 6:
+                    let field = ["v", "w"][g.below(2)]
+                    let value: Value = g.below(4) == 0 ? .null : field == "v" ? .int(Int64(g.below(3))) : titles[g.below(4)]
+                    try? tx.update("settings", key: key, FieldValues([(field, value)]))
+                case 7, 8:
+                    try? tx.delete("settings", key: key)
+                default:
+                    try? tx.revert("settings", key: key)
+                }
+            }
+            return
+        }
+        let key = RowKey(.int(Int64(1 + g.below(12))))
         try c.store.write { tx in
             switch g.below(10) {
             case 0, 1, 2:
@@ -104,14 +126,14 @@ struct EndToEndTests {
         var failures = 0
         let pending = try await c.store.read { try $0.pendingRows() }
         let lsnBefore = try await c.store.read { try $0.lastLSN }
-        var accepted = Set<String>()
-        // Fields ("key field") and rows whose conflict this cycle settled for the server: the app
+        var accepted = Set<[UInt8]>()
+        // Fields ("table key field", as bytes) and rows whose conflict this cycle settled for the server: the app
         // chose to drop their local values (a delete, for a row). A conflict found by a cycle that
         // a fault ended is settled by a later one, so its merge's audit is not among this cycle's
         // operations.
-        var resolvedForServer = Set<String>()
-        var rowsResolvedForServer = Set<RowKey>()
-        var rowsRemovedForServer = Set<RowKey>()
+        var resolvedForServer = Set<[UInt8]>()
+        var rowsResolvedForServer = Set<RowID>()
+        var rowsRemovedForServer = Set<RowID>()
         for _ in 0..<4 {
             do {
                 failures += try await c.sync.sync(with: c.transport, maxAttempts: 3, backoff: .milliseconds(5)).retries
@@ -124,30 +146,34 @@ struct EndToEndTests {
                 let side: SyncClient.Choice = g.below(2) == 0 ? .server : .local
                 try c.sync.resolve(conflict.table, key: conflict.key, with: side)
                 if side == .server {
-                    resolvedForServer.formUnion(conflict.fields.map { "\(conflict.key) \($0)" })
-                    rowsResolvedForServer.insert(conflict.key)
+                    let id = RowID(table: conflict.table, key: conflict.key)
+                    resolvedForServer.formUnion(conflict.fields.map { utf8("\(conflict.table) \(conflict.key) \($0)") })
+                    rowsResolvedForServer.insert(id)
                     // The server's side of a server delete is no row: every local field goes.
-                    if conflict.isDeletedOnServer { rowsRemovedForServer.insert(conflict.key) }
+                    if conflict.isDeletedOnServer { rowsRemovedForServer.insert(id) }
                 }
             }
             if try await c.store.read({ try $0.pendingRows().filter { !$0.isConflicted }.isEmpty }) { break }
         }
         let ops = try await c.store.read { try $0.operations(from: lsnBefore + 1) }
-        let decided = Set(ops.compactMap { MergeAudit($0) }.flatMap { $0.decisions.map { "\($0.field) \($0.local)" } })
-        let conflictKeys = Set(ops.filter { MergeAudit($0)?.conflict != nil }.map(\.key))
-        let rejected = Set(try c.sync.rejectedRows().map(\.key))
-        for row in pending where !rejected.contains(row.key) {
+        let decided = Set(ops.compactMap { MergeAudit($0) }.flatMap { $0.decisions.map { utf8("\($0.field) \($0.local)") } })
+        let conflictRows = Set(ops.filter { MergeAudit($0)?.conflict != nil }.map { RowID(table: $0.table, key: $0.key) })
+        let rejected = Set(try c.sync.rejectedRows().map { RowID(table: $0.table, key: $0.key) })
+        for row in pending {
+            let id = RowID(table: row.table, key: row.key)
+            if rejected.contains(id) { continue }
             if row.status == .deleted {
                 let keyText = String(decoding: try WireFormat.encode(row.key.values), as: UTF8.self)
-                let live = try db.sql("SELECT count(*) FROM strata_rows WHERE tbl = 'tasks' AND key = '\(keyText)' AND NOT deleted")
-                let ok = accepted.contains("\(row.key) <delete>") || conflictKeys.contains(row.key) || rowsResolvedForServer.contains(row.key) || live.hasPrefix("0")
-                #expect(ok, "\(context): client \(c.id)'s delete of \(row.key) vanished")
+                let live = try db.sql("SELECT count(*) FROM strata_rows WHERE tbl = '\(row.table)' AND key = '\(keyText)' AND NOT deleted")
+                let ok = accepted.contains(utf8("\(row.table) \(row.key) <delete>")) || conflictRows.contains(id) || rowsResolvedForServer.contains(id) || live.hasPrefix("0")
+                #expect(ok, "\(context): client \(c.id)'s delete of \(row.table) \(row.key) vanished")
                 continue
             }
-            let fields = row.status == .inserted ? row.fieldNames.filter { $0 != "id" && !row[$0].isNull } : row.changedFields
+            let fields = row.status == .inserted ? row.fieldNames.filter { !row.keyFieldNames.contains($0) && !row[$0].isNull } : row.changedFields
             for f in fields {
-                let ok = accepted.contains("\(row.key) \(f) \(row[f])") || decided.contains("\(f) \(row[f])") || resolvedForServer.contains("\(row.key) \(f)") || rowsRemovedForServer.contains(row.key)
-                #expect(ok, "\(context): client \(c.id)'s value \(row[f]) for \(row.key).\(f) vanished")
+                let ok = accepted.contains(utf8("\(row.table) \(row.key) \(f) \(row[f])")) || decided.contains(utf8("\(f) \(row[f])"))
+                    || resolvedForServer.contains(utf8("\(row.table) \(row.key) \(f)")) || rowsRemovedForServer.contains(id)
+                #expect(ok, "\(context): client \(c.id)'s value \(row[f]) for \(row.table) \(row.key).\(f) vanished")
             }
         }
         return failures
@@ -166,9 +192,25 @@ struct EndToEndTests {
     }
 
     /// Five stores, 20 rounds of random offline edits, syncing in random order; then everyone
-    /// syncs until quiet, and the stores, the server and the model must agree.
+    /// syncs until quiet, and the stores, the server and the model must agree. `STRATA_SEED`
+    /// replays a run, `STRATA_TRIAL_SEED` one trial of it, `STRATA_TRIALS` runs more trials (1 by
+    /// default), each on a database and server of its own.
     static func converge(_ faults: Faults) async throws {
         var g = Random("converge(\(faults))")
+        let trials = ProcessInfo.processInfo.environment["STRATA_TRIALS"].flatMap(Int.init) ?? 1
+        let only = ProcessInfo.processInfo.environment["STRATA_TRIAL_SEED"].flatMap(UInt64.init)
+        var twinRows = 0
+        for trial in 0..<(only == nil ? trials : 1) {
+            let trialSeed = only ?? g.next()
+            twinRows += try await Self.trial(faults, seed: trialSeed, label: "trial \(trial) (trial seed \(trialSeed))")
+        }
+        print("converge(\(faults)): \(only == nil ? trials : 1) trials, \(twinRows) settings rows under a key with a Unicode twin on the server at the end")
+    }
+
+    /// One run; returns how many `settings` rows the server holds at the end under a key whose
+    /// Unicode twin is a row too.
+    static func trial(_ faults: Faults, seed: UInt64, label: String) async throws -> Int {
+        var g = Random(seed: seed)
         let cluster = faults.restartPostgres ? try PostgresCluster() : nil
         let db = try TestDatabase(admin: cluster?.url ?? pgURL!)
         let servers = try (0..<faults.servers).map { _ in try ServerProcess(db) }
@@ -212,38 +254,44 @@ struct EndToEndTests {
                     fault = Task.detached { let began = ContinuousClock.now; try cluster.restart(); return began }
                     try await Task.sleep(for: delay * 5)
                 }
-                failed += try await Self.syncCycle(clients[i], &model, &g, db, faults: true, context: "round \(round)")
+                failed += try await Self.syncCycle(clients[i], &model, &g, db, faults: true, context: "\(label), round \(round)")
                 let ended = ContinuousClock.now
                 if let began = try await fault?.value, began < ended { struck += 1 }
             }
         }
         drops.enabled = false
-        print("converge(\(faults)): \(struck) faults struck during a sync; \(failed) transport calls failed")
-        if faults.killServer || faults.restartPostgres { #expect(struck > 0, "no fault struck during a sync") }
+        print("converge(\(faults)) \(label): \(struck) faults struck during a sync; \(failed) transport calls failed")
+        if faults.killServer || faults.restartPostgres { #expect(struck > 0, "\(label): no fault struck during a sync") }
         var quiet = false
         for _ in 0..<6 where !quiet {
             let before = try db.sql("SELECT last_value FROM strata_version")
-            for c in clients { try await Self.syncCycle(c, &model, &g, db, context: "final") }
+            for c in clients { try await Self.syncCycle(c, &model, &g, db, context: "\(label), final") }
             let pending = try clients.map { c in try c.store.read { try $0.pendingRows().count } }.reduce(0, +)
             let after = try db.sql("SELECT last_value FROM strata_version")
             quiet = pending == 0 && after == before
         }
-        #expect(quiet, "the clients did not settle")
+        #expect(quiet, "\(label): the clients did not settle")
         let onServer = try await serverRows(servers[0].url, token: try db.token(for: "observer"))
-        #expect(onServer == (try model.lines(db)), "the server's rows differ from the model of accepted changes")
+        let modelRows = try model.lines(db)
+        #expect(onServer == modelRows, "\(label): the server's rows \(text(onServer)) differ from the model of accepted changes \(text(modelRows))")
         for c in clients {
-            #expect(try storeRows(c.store) == onServer, "client \(c.id) differs from the server")
+            let rows = try storeRows(c.store)
+            #expect(rows == onServer, "\(label): client \(c.id) differs from the server: \(text(rows)) against \(text(onServer))")
         }
         // No batch applied twice: every acknowledgement a client got is the one stored with the
         // batch, and every applied batch reached its client.
         let stored = try db.sql("SELECT id FROM strata_batches WHERE ack IS NOT NULL").split(separator: "\n").map(String.init)
-        #expect(Set(stored) == Set(model.records.keys), "batches applied but never acknowledged to their client, or the reverse")
+        #expect(Set(stored) == Set(model.records.keys), "\(label): batches applied but never acknowledged to their client, or the reverse")
         for (id, (_, ack)) in model.records {
             let text = try db.sql("SELECT ack FROM strata_batches WHERE id = '\(id)'").trimmingCharacters(in: .whitespacesAndNewlines)
-            #expect(try WireFormat.decode(BatchAck.self, from: Data(text.utf8)) == ack, "batch \(id) got another answer than the one stored")
+            #expect(try WireFormat.decode(BatchAck.self, from: Data(text.utf8)) == ack, "\(label): batch \(id) got another answer than the one stored")
         }
-        #expect(model.records.count > 20, "too little happened to prove anything")
-        if faults.dropResponses { #expect(drops.dropped > 0, "no response was dropped") }
+        #expect(model.records.count > 20, "\(label): too little happened to prove anything")
+        if faults.dropResponses { #expect(drops.dropped > 0, "\(label): no response was dropped") }
+        // Rows of `settings` whose key has a twin among the server's rows (same to `==`, other bytes).
+        let names = try db.sql("SELECT key FROM strata_rows WHERE tbl = 'settings' AND NOT deleted").split(separator: "\n")
+            .map { try WireFormat.decode([Value].self, from: Data($0.utf8))[0] }
+        return names.count { v in names.contains { $0 != v && "\($0)" == "\(v)" } }
     }
 
     @Test func fiveStoresConvergeThroughTheServer() async throws {

@@ -150,6 +150,78 @@ struct RowRuleTests {
         #expect(try Self.settings(phone) == onServer)
     }
 
+    /// Field names compare by their bytes on the server too, as in a client's store: `"café"` with
+    /// U+00E9 and with "e" + U+0301 are two names. A change naming a declared field in the other
+    /// form is refused (`error`, `setAside`, the reason naming both forms), as is a change naming
+    /// the other form of a field its row holds: it is not merged into that field. A new phone
+    /// holds each row in its own form; of two property-bag rows using the two forms, it takes the
+    /// first and sets the other aside with its reason, and its sync completes.
+    @Test func fieldNamesThatDifferOnlyInUnicodeFormAreTwoNames() async throws {
+        let nfc = "caf\u{e9}", nfd = "cafe\u{301}"
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("strata-twin-tables-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let file = folder.appendingPathComponent("tables.json")
+        let accents = TableSchema.fixed("accents", primaryKey: ["id"], fields: [.int("id"), .string(nfc, nullable: true)])
+        let settings = TableSchema.propertyBag("settings", key: [.string("name")])
+        try JSONSerialization.data(withJSONObject: ["tables": [
+            ["name": "accents", "primaryKey": ["id"], "fields": [["name": "id", "type": "int"], ["name": nfc, "type": "string", "nullable": true]]],
+            ["name": "settings", "mode": "propertyBag", "primaryKey": ["name"], "fields": [["name": "name", "type": "string"]]],
+        ]]).write(to: file)
+        let db = try TestDatabase()
+        let server = try ServerProcess(db, tables: file.path)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
+        let alice = HTTPSyncTransport(server: server.url, token: try db.token(for: "alice"))
+        @Sendable func key(_ s: String) -> RowKey { RowKey(.string(s)) }
+
+        var ack = try await alice.push(Self.batch("alice", 1, [
+            RowChange(table: "accents", key: 1, kind: .insert, values: ["id": 1, nfd: "declared in the other form"]),
+            RowChange(table: "accents", key: 2, kind: .insert, values: ["id": 2, nfc: "fine"]),
+            RowChange(table: "settings", key: key("a"), kind: .insert, values: ["name": "a", nfc: 1]),
+            RowChange(table: "settings", key: key("b"), kind: .insert, values: ["name": "b", nfd: 2]),
+        ]))
+        #expect(ack.results.map(\.status) == [.error, .ok, .ok, .ok], "\(ack.results)")
+        #expect(ack.results[0].error?.action == .setAside)
+        #expect(ack.results[0].error?.reason.contains("Unicode form") == true, "\(ack.results[0])")
+        ack = try await alice.push(Self.batch("alice", 2, [
+            RowChange(table: "settings", key: key("a"), kind: .update, values: [nfd: 7], originals: [nfd: 1]),
+        ]))
+        #expect(ack.results.map(\.status) == [.error], "\(ack.results)")
+        #expect(ack.results[0].error?.action == .setAside)
+        #expect(ack.results[0].error?.reason.contains("Unicode form") == true, "\(ack.results[0])")
+
+        // Each row in its own form, by the bytes of its field names.
+        func names(_ fields: [String: Value], key: String) -> [[UInt8]: Value] {
+            Dictionary(uniqueKeysWithValues: fields.filter { $0.key != key && !$0.value.isNull }.map { (Array($0.key.utf8), $0.value) })
+        }
+        var rows: [String: [[UInt8]: Value]] = [:]
+        for t in try await alice.pull(since: nil).tables {
+            let k = t.table == "accents" ? "id" : "name"
+            for row in t.upserts { rows["\(t.table) \(row.fields[k]!)"] = names(row.fields, key: k) }
+        }
+        let (c, d) = (Array(nfc.utf8), Array(nfd.utf8))
+        #expect(rows == ["accents 2": [c: "fine"], "settings \(Value.string("a"))": [c: 1], "settings \(Value.string("b"))": [d: 2]], "\(rows)")
+
+        let path = folder.appendingPathComponent("phone").path
+        var options = StoreOptions()
+        options.durability = .noSync
+        let phone = try Store(path: path, options: options)
+        try phone.createTable(accents)
+        try phone.createTable(settings)
+        let sync = SyncClient(store: phone)
+        _ = try await sync.sync(with: HTTPSyncTransport(server: server.url, token: try db.token(for: phone.clientID)))
+        #expect(try sync.anchor() != nil)
+        let (two, a, b) = try await phone.read { snap in
+            (try snap.row("accents", key: 2), try snap.row("settings", key: "a"), try snap.row("settings", key: "b"))
+        }
+        #expect(two?[nfc] == "fine")
+        #expect(a?[nfc] == 1)
+        #expect(b == nil)
+        let refused = try sync.refusedServerRows()
+        #expect(refused.map { "\($0.table) \($0.key)" } == ["settings \"b\""])
+        #expect(refused.first?.reason.contains("Unicode form") == true)
+    }
+
     /// Rows near every limit of `RowRule`, just inside and just outside, go to the server; the
     /// rows it accepts are exactly those a client store takes (tried one by one in a store of
     /// the same tables).

@@ -210,6 +210,8 @@ struct Random {
         print("\(name): seed \(seed) (replay with STRATA_SEED=\(seed))")
         state = seed
     }
+    /// A generator from a given seed (one trial of a run), printing nothing.
+    init(seed: UInt64) { state = seed }
     mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
@@ -220,21 +222,44 @@ struct Random {
     mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
 }
 
-/// The server's rows of `tasks`, through a snapshot pull: "key sorted-fields" lines.
-func serverRows(_ server: URL, token: String) async throws -> [String] {
-    let delta = try await HTTPSyncTransport(server: server, token: token, pageSize: 7).pull(since: nil)
-    return (delta.tables.first { $0.table == "tasks" }?.upserts ?? []).map { row in
-        let key = row.fields["id"]!
-        return "\(RowKey([key])) \(row.fields.filter { $0.key != "id" && !$0.value.isNull }.sorted { $0.key < $1.key })"
-    }.sorted()
+/// The key field of each table the convergence tests edit.
+let keyField = ["tasks": "id", "settings": "name"]
+
+/// Keys of `settings` that Swift's `==` calls equal in twos and threes but whose bytes differ (NFC
+/// and NFD forms, and U+212B ANGSTROM SIGN beside U+00C5): each is its own row everywhere.
+let settingKeys: [String] = ["\u{e9}", "e\u{301}", "\u{f1}", "n\u{303}", "\u{c5}", "A\u{30a}", "\u{212b}", "a"]
+
+/// A row of a table, keyed by its key's bytes (`RowKey` compares them).
+struct RowID: Hashable {
+    let table: String
+    let key: RowKey
 }
 
-/// A store's rows of `tasks` in the same form.
-func storeRows(_ store: Store) throws -> [String] {
-    try store.read { try $0.rows("tasks") }.map { row in
-        "\(row.key) \(row.values.filter { $0.key != "id" && !$0.value.isNull }.sorted { $0.key < $1.key })"
-    }.sorted()
+/// A string as its UTF-8 bytes: the oracles key on these, since `String`'s `==` would take two
+/// keys that differ only in Unicode form for one row.
+func utf8(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+/// The server's rows of `tasks` and `settings`, through a snapshot pull: the bytes of "table key
+/// sorted-fields" lines, sorted.
+func serverRows(_ server: URL, token: String) async throws -> [[UInt8]] {
+    let delta = try await HTTPSyncTransport(server: server, token: token, pageSize: 7).pull(since: nil)
+    return delta.tables.filter { keyField[$0.table] != nil }.flatMap { table in
+        let k = keyField[table.table]!
+        return table.upserts.map { row in
+            utf8("\(table.table) \(RowKey([row.fields[k]!])) \(row.fields.filter { $0.key != k && !$0.value.isNull }.sorted { $0.key < $1.key })")
+        }
+    }.sorted { $0.lexicographicallyPrecedes($1) }
 }
+
+/// A store's rows of `tasks` and `settings` in the same form.
+func storeRows(_ store: Store) throws -> [[UInt8]] {
+    try store.read { snap in try snap.rows("tasks") + snap.rows("settings") }.map { row in
+        utf8("\(row.table) \(row.key) \(row.values.filter { !row.keyFieldNames.contains($0.key) && !$0.value.isNull }.sorted { $0.key < $1.key })")
+    }.sorted { $0.lexicographicallyPrecedes($1) }
+}
+
+/// Lines of ``serverRows(_:token:)`` as text, for a failure's message.
+func text(_ lines: [[UInt8]]) -> [String] { lines.map { String(decoding: $0, as: UTF8.self).debugDescription } }
 
 /// Sends one raw request; returns the status and the body.
 func request(_ method: String, _ url: URL, token: String?, body: Data? = nil) async throws -> (status: Int, body: String) {

@@ -122,6 +122,12 @@ enum BriefcaseFormat {
                     guard mark <= 1 else { throw damaged("a field mark \(mark)") }
                     // Only a merge marks fields in conflict, and it marks the row too.
                     guard mark == 0 || flags & 4 != 0 else { throw refused("marks field '\(name)' in conflict but is not in conflict") }
+                    // A row holds each name once, and one of two that Swift's `==` calls equal
+                    // (the dictionary would keep one of them silently).
+                    if let i = fields.index(forKey: name) {
+                        let held = fields[i].key
+                        throw refused(held.sameBytes(name) ? "gives field '\(name)' twice" : "gives fields '\(held)' (\(held.codePoints)) and '\(name)' (\(name.codePoints)), which differ only in Unicode form; a row holds one of two such names")
+                    }
                     fields[name] = RowState.Field(original: original, current: current, isInConflict: mark == 1)
                 }
                 entries.append(Entry(table: table, key: RowKey(key), state: RowState(fields: fields, isInserted: flags & 1 != 0, isDeleted: flags & 2 != 0, isConflicted: flags & 4 != 0)))

@@ -52,7 +52,7 @@ enum RecordCoding {
         }
         var pairs: [(String, Value)] = []
         for (name, scalar) in scalars.sorted(by: { $0.key < $1.key }) {
-            let def = t.fieldIDs[name].flatMap { t.definitions[$0] }
+            let def = t.fieldID(name).flatMap { t.definitions[$0] }
             pairs.append((name, try value(scalar, as: def?.type, field: name, table: t.name)))
         }
         return FieldValues(pairs)

@@ -120,7 +120,8 @@ extension Snapshot {
         }
         guard !t.isPropertyBag else { return }
         let fields = (query.filter?.fields ?? []).union(query.orderBy.map(\.field))
-        for f in fields.sorted() where t.fieldIDs[f] == nil {
+        for f in fields.sorted() where t.fieldID(f) == nil {
+            if let twin = t.twin(of: f) { throw StrataError(.fieldNotFound, "the query names field '\(f)': " + RowRule.twinMessage(table: t.name, f, twin)) }
             throw StrataError(.fieldNotFound, "the query names field '\(f)', which table '\(t.name)' does not have")
         }
     }
@@ -191,7 +192,7 @@ extension Snapshot {
                 if let ranges = self.ranges(c, index, t) { return .indexRanges(index, ranges) }
             }
         }
-        if query.orderBy.count == 1, !query.orderBy[0].descending, let id = t.fieldIDs[query.orderBy[0].field],
+        if query.orderBy.count == 1, !query.orderBy[0].descending, let id = t.fieldID(query.orderBy[0].field),
             let index = t.indexes.first(where: { $0.fieldIDs.first == id })
         {
             return .indexOrder(index)

@@ -50,13 +50,22 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
     /// - Complexity: O(log f) for f fields.
     private func position(of field: String) -> Int? {
         guard let id = tableFieldIDs[field] else { return nil }
-        if ids.isEmpty { return id < fieldNames.count ? id : nil }
-        var (low, high) = (0, ids.count)
-        while low < high {
-            let mid = (low + high) / 2
-            if ids[mid] < id { low = mid + 1 } else { high = mid }
+        let position: Int
+        if ids.isEmpty {
+            guard id < fieldNames.count else { return nil }
+            position = id
+        } else {
+            var (low, high) = (0, ids.count)
+            while low < high {
+                let mid = (low + high) / 2
+                if ids[mid] < id { low = mid + 1 } else { high = mid }
+            }
+            guard low < ids.count && ids[low] == id else { return nil }
+            position = low
         }
-        return low < ids.count && ids[low] == id ? low : nil
+        // The map hashes as `==` compares: a name in another Unicode form finds the field too,
+        // but names compare by their bytes.
+        return fieldNames[position].sameBytes(field) ? position : nil
     }
     /// Per position, whether the field is in conflict; empty when none is.
     let conflictMarks: [Bool]
@@ -64,7 +73,8 @@ public struct Row: Sendable, Hashable, CustomStringConvertible {
     /// Whether the row has changes the server has not acknowledged.
     public var isPending: Bool { status != .unchanged || isConflicted }
 
-    /// The current value of `field`; `null` when the row has no such field.
+    /// The current value of `field`; `null` when the row has no such field. Names compare by
+    /// their UTF-8 bytes: `"e\u{301}"` does not find a field named `"\u{e9}"`.
     ///
     /// - Complexity: O(log f) for f fields.
     public subscript(field: String) -> Value {

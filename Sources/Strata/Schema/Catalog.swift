@@ -34,21 +34,51 @@ struct TableInfo: Sendable {
     var name: String { schema.name }
     var isPropertyBag: Bool { schema.mode == .propertyBag }
 
-    /// The id of the live field called `name`, or `nil`: what `fieldIDs[name]` answers.
+    /// The id of the live field called `name`, or `nil`. Names compare by their UTF-8 bytes: a
+    /// name that Swift's `==` calls equal to a field's but in another Unicode form is not that
+    /// field (``twin(of:)`` finds it, for the error). A table never holds two such names.
     ///
     /// Every edit resolves each field it names. A table of up to 16 fields compares names
     /// instead of hashing one: two short names compare in a few instructions (Swift keeps up to
     /// 15 UTF-8 bytes inline), a hash costs a few hundred.
     @inline(__always)
     func fieldID(_ name: String) -> Int? {
-        guard fieldNames.count <= 16 else { return fieldIDs[name] }
+        guard fieldNames.count <= 16 else {
+            // `fieldIDs` hashes as `==` compares: the entry found may be the name's twin.
+            guard let id = fieldIDs[name], fieldNames[id].sameBytes(name) else { return nil }
+            return id
+        }
         // From the end, as `fieldIDs` is built: a name dropped and added again has its live id last.
         var i = fieldNames.count - 1
         while i >= 0 {
-            if fieldNames[i] == name && (dropped.isEmpty || !dropped.contains(i)) { return i }
+            if fieldNames[i].sameBytes(name) && (dropped.isEmpty || !dropped.contains(i)) { return i }
             i -= 1
         }
         return nil
+    }
+
+    /// The live field name that Swift's `==` calls equal to `name` but whose bytes differ: `name`
+    /// in another Unicode form. Not on the path of an edit that names its fields as the table does.
+    func twin(of name: String) -> String? {
+        guard let id = fieldIDs[name], !fieldNames[id].sameBytes(name) else { return nil }
+        return fieldNames[id]
+    }
+
+    /// `fieldNotFound` for `name`: in another Unicode form than a field of the table (``twin(of:)``),
+    /// or unknown (`detail` adds to that message, e.g. the table's fields).
+    func unknownField(_ name: String, detail: String = "") -> StrataError {
+        if let twin = twin(of: name) { return StrataError(.fieldNotFound, RowRule.twinMessage(table: self.name, name, twin)) }
+        return StrataError(.fieldNotFound, "table '\(self.name)' has no field '\(name)'\(detail)")
+    }
+
+    /// Adds a property-bag field, unless the table has the name in another Unicode form: a
+    /// table's names never include two that Swift's `==` calls equal, so that a row's fields
+    /// stay a `[String: Value]` (``Row/values``) and a lookup by `==` finds at most one.
+    mutating func addNewField(_ name: String) throws(StrataError) -> Int {
+        if let twin = twin(of: name) {
+            throw StrataError(.fieldNotFound, "table '\(self.name)' cannot take the field '\(name)' (\(name.codePoints)): it has the field '\(twin)' (\(twin.codePoints)), which differs from it only in Unicode form; Strata compares field names by their bytes, and a table holds one of two such names: use the table's form")
+        }
+        return addField(name)
     }
 
     func isKeyField(_ id: Int) -> Bool { keyFieldIDs.contains(id) }
@@ -77,7 +107,8 @@ struct Catalog: Sendable {
     var tableIDs: [String: UInt32] = [:]
 
     func table(named name: String) throws(StrataError) -> TableInfo {
-        guard let id = tableIDs[name], let t = tables[id] else {
+        // `tableIDs` hashes as `==` compares; a table's name is its bytes.
+        guard let id = tableIDs[name], let t = tables[id], t.schema.name.sameBytes(name) else {
             let known = tableIDs.keys.sorted().joined(separator: ", ")
             throw StrataError(.tableNotFound, "no table named '\(name)' (tables: \(known.isEmpty ? "none" : known))")
         }

@@ -7,7 +7,9 @@ import Foundation
 /// A row fits its table when:
 /// - its key has one value per key field, each of the key field's type (an int for a double
 ///   field is converted), none null, and the key takes at most ``maxKeyBytes`` encoded;
-/// - every field it names is declared (a property bag takes any name), and no name is empty;
+/// - every field it names is declared (a property bag takes any name), and no name is empty.
+///   Names compare by their UTF-8 bytes: a name that Swift's `==` calls equal to a declared one
+///   but that is written in another Unicode form (`"e\u{301}"` for `"\u{e9}"`) is not that field;
 /// - every value is of its field's type (an int for a double field is converted), null only
 ///   where the field is nullable, and finite (no NaN or infinite double or timestamp).
 ///
@@ -43,11 +45,15 @@ public enum RowRule {
     /// it (an int for a double field converted). `nullable` overrides the field's nullability
     /// (for originals).
     ///
-    /// - Throws: `StrataError` `fieldNotFound` (an empty name, or a field a fixed table does not
-    ///   declare), `typeMismatch`, `nullNotAllowed`, `invalidValue` (not finite).
+    /// - Throws: `StrataError` `fieldNotFound` (an empty name, a field a fixed table does not
+    ///   declare, or a name a declared field has in another Unicode form), `typeMismatch`,
+    ///   `nullNotAllowed`, `invalidValue` (not finite).
     /// - Complexity: O(f) for a table of f declared fields.
     public static func admit(_ value: Value, field: String, of schema: TableSchema, nullable: Bool? = nil) throws(StrataError) -> Value {
         let def = schema.field(field)
+        if def == nil, !field.isEmpty, let twin = schema.twin(of: field) {
+            throw StrataError(.fieldNotFound, twinMessage(table: schema.name, field, twin))
+        }
         if def == nil, schema.mode == .fixed, !field.isEmpty {
             throw StrataError(.fieldNotFound, "table '\(schema.name)' has no field '\(field)'")
         }
@@ -116,4 +122,56 @@ public enum RowRule {
             throw StrataError(.invalidKey, "the key \(key) of table '\(schema.name)' is \(w.count) bytes encoded; the limit is \(maxKeyBytes)")
         }
     }
+}
+
+extension RowRule {
+    /// Why `name` is not the field `twin` of `table`, which it equals under Swift's `==` only:
+    /// the two are written in different Unicode forms, and Strata compares names by their bytes.
+    package static func twinMessage(table: String, _ name: String, _ twin: String) -> String {
+        "table '\(table)' has no field '\(name)' (\(name.codePoints)): it differs from the field '\(twin)' (\(twin.codePoints)) only in Unicode form, and Strata compares field names by their bytes; use the table's form"
+    }
+}
+
+extension String {
+    /// Whether `other` is the same name as this one to Strata: the same UTF-8 bytes. Swift's `==`
+    /// also calls canonically equivalent strings equal (`"\u{e9}"` and `"e\u{301}"`), which Strata
+    /// keeps apart, as keys, table names and field names.
+    @inline(__always)
+    package func sameBytes(_ other: String) -> Bool {
+        let n = utf8.count
+        guard n == other.utf8.count else { return false }
+        if n == 0 { return true }
+        let contiguous = utf8.withContiguousStorageIfAvailable { a in
+            other.utf8.withContiguousStorageIfAvailable { b in memcmp(a.baseAddress!, b.baseAddress!, n) == 0 }
+        }
+        if let contiguous, let same = contiguous { return same }
+        return utf8.elementsEqual(other.utf8)
+    }
+
+    /// The string's code points, for a message that must tell two forms apart: `U+0065 U+0301`
+    /// (at most 16 of them, then `…`).
+    package var codePoints: String {
+        let scalars = unicodeScalars.prefix(16).map { s in
+            let hex = String(s.value, radix: 16, uppercase: true)
+            return "U+" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
+        }
+        return scalars.joined(separator: " ") + (unicodeScalars.count > 16 ? " …" : "")
+    }
+}
+
+extension Dictionary where Key == String {
+    /// The value under `name` compared by its UTF-8 bytes: `self[name]` hashes and compares as
+    /// `==` does, and so finds an entry under `name` in another Unicode form too.
+    @inline(__always)
+    package subscript(exactly name: String) -> Value? {
+        guard let i = index(forKey: name), self[i].key.sameBytes(name) else { return nil }
+        return self[i].value
+    }
+}
+
+/// A few names (a table's key fields) that `contains` compares by their UTF-8 bytes.
+package struct ExactNames: Sendable {
+    package let names: [String]
+    package init(_ names: [String]) { self.names = names }
+    package func contains(_ name: String) -> Bool { names.contains { $0.sameBytes(name) } }
 }

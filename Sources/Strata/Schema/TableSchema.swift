@@ -88,8 +88,24 @@ public struct TableSchema: Codable, Sendable, Hashable {
         TableSchema(name: name, mode: .propertyBag, fields: key, primaryKey: key.map(\.name))
     }
 
-    /// The definition of the field called `name`, if declared.
-    public func field(_ name: String) -> FieldDefinition? { fields.first { $0.name == name } }
+    /// The definition of the field called `name`, if declared. Names compare by their UTF-8
+    /// bytes: a name in another Unicode form than the declared one (`"e\u{301}"` for `"\u{e9}"`)
+    /// is not that field.
+    public func field(_ name: String) -> FieldDefinition? { fields.first { $0.name.sameBytes(name) } }
+
+    /// The declared name that Swift's `==` calls equal to `name` but whose bytes differ, if any:
+    /// `name` in another Unicode form.
+    package func twin(of name: String) -> String? {
+        fields.first { $0.name == name && !$0.name.sameBytes(name) }?.name
+    }
+
+    /// Whether `other` is this definition with every name in the same bytes (`==` calls two
+    /// names in different Unicode forms equal).
+    func isIdentical(to other: TableSchema) -> Bool {
+        self == other && name.sameBytes(other.name)
+            && zip(fields, other.fields).allSatisfy { $0.name.sameBytes($1.name) }
+            && zip(primaryKey, other.primaryKey).allSatisfy { $0.sameBytes($1) }
+    }
 
     /// Checks the definition; throws ``StrataError/Code/invalidSchema`` saying what is wrong.
     func validate() throws(StrataError) {
@@ -99,7 +115,13 @@ public struct TableSchema: Codable, Sendable, Hashable {
         var seen = Set<String>()
         for f in fields {
             guard !f.name.isEmpty else { throw bad("a field needs a non-empty name") }
-            guard seen.insert(f.name).inserted else { throw bad("field '\(f.name)' is declared twice") }
+            let (inserted, other) = seen.insert(f.name)
+            guard inserted else {
+                // A `Set<String>` finds the other Unicode form of a name too. Two such fields
+                // would be two names to Strata (it compares bytes) that read as one: refused.
+                if other.sameBytes(f.name) { throw bad("field '\(f.name)' is declared twice") }
+                throw bad("fields '\(other)' (\(other.codePoints)) and '\(f.name)' (\(f.name.codePoints)) differ only in Unicode form; Strata compares field names by their bytes, so they would be two fields that read as one: declare one of them")
+            }
             if let d = f.defaultValue, !d.isNull, d.type != f.type {
                 throw bad("the default of field '\(f.name)' is \(d.type!), not \(f.type)")
             }
@@ -109,7 +131,12 @@ public struct TableSchema: Codable, Sendable, Hashable {
         }
         guard Set(primaryKey).count == primaryKey.count else { throw bad("the primary key names a field twice") }
         for k in primaryKey {
-            guard let f = field(k) else { throw bad("primary key field '\(k)' is not declared") }
+            guard let f = field(k) else {
+                if let twin = twin(of: k) {
+                    throw bad("primary key field '\(k)' (\(k.codePoints)) is not declared: the field '\(twin)' (\(twin.codePoints)) differs from it in Unicode form, and Strata compares field names by their bytes")
+                }
+                throw bad("primary key field '\(k)' is not declared")
+            }
             guard !f.isNullable else { throw bad("primary key field '\(k)' cannot be nullable") }
         }
         if mode == .propertyBag && fields.count != primaryKey.count {

@@ -24,6 +24,7 @@ public struct FieldValues: Sendable, Sequence, ExpressibleByDictionaryLiteral {
 
     public func makeIterator() -> IndexingIterator<[Element]> { pairs.makeIterator() }
 
-    /// The value given for `name`, if any.
-    public subscript(name: String) -> Value? { pairs.first { $0.name == name }?.value }
+    /// The value given for `name`, if any. Names compare by their UTF-8 bytes, as a table's
+    /// fields do: `"e\u{301}"` does not find a value given for `"\u{e9}"`.
+    public subscript(name: String) -> Value? { pairs.first { $0.name.sameBytes(name) }?.value }
 }

@@ -21,12 +21,12 @@ extension Transaction {
             }
             var ids: [Int] = []
             for f in fields {
-                if let id = t.fieldIDs[f] {
+                if let id = t.fieldID(f) {
                     ids.append(id)
                 } else if t.isPropertyBag {
-                    ids.append(t.addField(f))
+                    ids.append(try t.addNewField(f))
                 } else {
-                    throw StrataError(.fieldNotFound, "table '\(table)' has no field '\(f)' to index")
+                    throw t.unknownField(f, detail: " to index")
                 }
             }
             if let existing = t.indexes.first(where: { $0.name == name }) {

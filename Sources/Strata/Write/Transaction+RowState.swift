@@ -95,10 +95,8 @@ extension Transaction {
             for (name, f) in state.fields.sorted(by: { $0.key < $1.key }) {
                 var id = t.fieldID(name)
                 if id == nil {
-                    guard t.isPropertyBag else {
-                        throw StrataError(.fieldNotFound, "table '\(t.name)' has no field '\(name)'")
-                    }
-                    id = t.addField(name)
+                    guard t.isPropertyBag else { throw t.unknownField(name) }
+                    id = try t.addNewField(name)
                     tableChanged = true
                 }
                 guard !t.isKeyField(id!) else { continue }

@@ -14,7 +14,8 @@ extension Transaction {
                 throw StrataError(.invalidOperation, "table '\(table)' is a property bag: it takes any field without declaring it")
             }
             var schema = t.schema
-            guard t.fieldIDs[field.name] == nil else {
+            // Another Unicode form of a field's name is refused by `validate()`, saying so.
+            guard t.fieldID(field.name) == nil else {
                 throw StrataError(.invalidSchema, "table '\(table)' already has a field '\(field.name)'")
             }
             schema.fields.append(field)
@@ -46,7 +47,7 @@ extension Transaction {
             guard !t.isPropertyBag else {
                 throw StrataError(.invalidOperation, "table '\(table)' is a property bag: its fields are not declared")
             }
-            guard let id = t.fieldIDs[name] else { throw StrataError(.fieldNotFound, "table '\(table)' has no field '\(name)'") }
+            guard let id = t.fieldID(name) else { throw t.unknownField(name) }
             guard !t.isKeyField(id) else { throw StrataError(.invalidOperation, "'\(name)' is a primary key field of table '\(table)'") }
             let users = t.indexes.filter { $0.fieldIDs.contains(id) }.map(\.name)
                 + t.views.filter { $0.query.orderBy.contains { $0.field == name } || ($0.query.filter?.fields.contains(name) ?? false) }.map(\.name)

@@ -97,10 +97,16 @@ public final class Transaction {
     ///   has returned.
     private func table(named name: String) throws(StrataError) -> TableInfo {
         try lease.check()
-        if let t = lastTable, t.schema.name == name { return t }
+        if let t = lastTable, t.schema.name.sameBytes(name) { return t }
         let t = try workingCatalog.table(named: name)
         lastTable = t
         return t
+    }
+
+    /// The field of `table` that `name` names in another Unicode form (equal under Swift's `==`,
+    /// other bytes), if any: a merge refuses a server row that names it so.
+    package func fieldTwin(_ table: String, of name: String) throws(StrataError) -> String? {
+        try self.table(named: table).twin(of: name)
     }
 
     /// Marks the catalog as changed, to be stored at commit.
@@ -135,7 +141,11 @@ public final class Transaction {
         try schema.validate()
         let catalog = try self.catalog
         if let id = catalog.tableIDs[schema.name] {
-            guard catalog.tables[id]!.schema == schema else {
+            let existing = catalog.tables[id]!.schema
+            guard existing.name.sameBytes(schema.name) else {
+                throw StrataError(.tableExists, "table '\(schema.name)' (\(schema.name.codePoints)) cannot be created: the table '\(existing.name)' (\(existing.name.codePoints)) differs from it only in Unicode form; Strata compares table names by their bytes, and a store holds one of two such names")
+            }
+            guard existing.isIdentical(to: schema) else {
                 throw StrataError(.tableExists, "table '\(schema.name)' exists with a different definition")
             }
             return
@@ -151,7 +161,7 @@ public final class Transaction {
         guard t.isPropertyBag else { return }
         var changed = false
         for name in names where !name.isEmpty && t.fieldID(name) == nil {
-            _ = t.addField(name)
+            _ = try t.addNewField(name)
             changed = true
         }
         if changed {
@@ -239,9 +249,7 @@ public final class Transaction {
     public func revert(_ table: String, key: RowKey, field: String) throws(StrataError) {
         let t = try catalog.table(named: table)
         try encodeKey(key, t)
-        guard let id = t.fieldID(field) else {
-            throw StrataError(.fieldNotFound, "table '\(table)' has no field '\(field)'")
-        }
+        guard let id = t.fieldID(field) else { throw t.unknownField(field) }
         guard !t.isKeyField(id) else {
             throw StrataError(.invalidOperation, "'\(field)' is a primary key field of table '\(table)'; key fields cannot be reverted")
         }
@@ -408,8 +416,9 @@ public final class Transaction {
     ///
     /// Values are compared by their canonical encoding, as edits compare them.
     ///
-    /// - Throws: ``StrataError`` `tableNotFound`, `invalidKey`, `typeMismatch`, `nullNotAllowed`
-    ///   (a null for a required field of a row with nothing pending), `invalidValue` (an index or
+    /// - Throws: ``StrataError`` `tableNotFound`, `invalidKey`, `fieldNotFound` (a name the table
+    ///   has in another Unicode form), `typeMismatch`, `nullNotAllowed` (a null for a required
+    ///   field of a row with nothing pending), `invalidValue` (an index or
     ///   named-view entry over LMDB's key limit); whatever `annotation` throws. On a throw
     ///   nothing is written.
     package func mergeServerValues(
@@ -438,7 +447,12 @@ public final class Transaction {
         // the row to the caller, which refuses it, whatever else is wrong with the row.
         fieldIDs.removeAll(keepingCapacity: true)
         for name in values.keys {
-            guard let id = t.fieldID(name) else { return .needsMerge }
+            guard let id = t.fieldID(name) else {
+                // A name the table has in another Unicode form is refused here, before a merge
+                // on `[String: Value]` could take it for the table's form.
+                if let twin = t.twin(of: name) { throw StrataError(.fieldNotFound, RowRule.twinMessage(table: t.name, name, twin)) }
+                return .needsMerge
+            }
             fieldIDs.append(id)
         }
         if isNewRow {
@@ -804,7 +818,7 @@ public final class Transaction {
             var t = table
             for (name, _) in fields.pairs where t.fieldID(name) == nil {
                 guard !name.isEmpty else { throw StrataError(.fieldNotFound, "a field name cannot be empty") }
-                _ = t.addField(name)
+                _ = try t.addNewField(name)
             }
             if t.fieldNames.count != table.fieldNames.count {
                 try encodeFields(fields, t, key: key, defaults: defaults)
@@ -820,7 +834,7 @@ public final class Transaction {
         newValues.removeAll(keepingCapacity: true)
         for (name, value) in fields.pairs {
             guard let fid = t.fieldID(name) else {
-                throw StrataError(.fieldNotFound, "table '\(t.name)' has no field '\(name)' (fields: \(t.fieldNames.joined(separator: ", ")))")
+                throw t.unknownField(name, detail: " (fields: \(t.fieldNames.joined(separator: ", ")))")
             }
             if let k = t.keyFieldIDs.firstIndex(of: fid) {
                 let v = try t.coerce(value, t.definitions[fid]!)

@@ -121,7 +121,7 @@ struct ServerRowRefusal: Error {
     init?(_ error: any Error, position: ServerRowPosition, table: String, fields: [String: Value], schema: TableSchema, anchor: String) {
         guard let error = error as? StrataError, error.code.refusesServerRow else { return nil }
         self.position = position
-        let sent = RowKey(schema.primaryKey.compactMap { fields[$0] })
+        let sent = RowKey(schema.primaryKey.compactMap { fields[exactly: $0] })
         row = RefusedServerRow(table: table, key: sent, reason: error.message, anchor: anchor)
     }
 }

@@ -15,7 +15,8 @@ import Strata
 /// already rules out:
 /// - a duplicate key in any object is refused, naming the object's path and the key
 ///   (`JSONDecoder` keeps the first); two field names that Swift's `String` calls equal
-///   (`"é"` and `"e\u{301}"`) are one key of a `[String: Value]`, so they are duplicates too;
+///   (`"é"` and `"e\u{301}"`) are one key of a `[String: Value]`, so they are duplicates too,
+///   and the message names both forms (a row holds one of two such names: `RowRule`);
 /// - an integer written with a fraction or an exponent (`{"int": 3.0}`, `"number": 1e1`) is
 ///   refused (`JSONDecoder` accepts any number whose value is an integer);
 /// - a leading byte-order mark, and a comma before a closing bracket or brace, are refused
@@ -292,7 +293,12 @@ extension WireCodec {
             let name = r.string(key)
             let v: Value
             do { v = try value(&r) } catch { throw error.at(.key(name)) }
-            if out.updateValue(v, forKey: name) != nil { throw duplicate(name) }
+            if out.updateValue(v, forKey: name) != nil {
+                // `updateValue` keeps the key first read: the name's other Unicode form, if not
+                // the same bytes.
+                let held = out[out.index(forKey: name)!].key
+                throw held.sameBytes(name) ? duplicate(name) : WireCodecError("duplicate key '\(name)' (\(name.codePoints)): it differs from the key '\(held)' (\(held.codePoints)) only in Unicode form, and a row holds one of two such field names (Strata compares them by their bytes)")
+            }
         } while try r.nextMember()
         return out
     }
