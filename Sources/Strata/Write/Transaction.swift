@@ -616,6 +616,8 @@ public final class Transaction {
         if opBuf.count == entriesStart && flags == oldFlags && annotation.isEmpty { return }
         opBuf.bytes[flagsAt] = flags.rawValue | bits
         RecordChecksum.seal(&opBuf)
+        // Worked out before the views change, while `old` still shows the stored row.
+        let valuesChanged = changes == nil ? true : try changesCurrentValues(entriesStart, old)
 
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
             let header = try OperationHeader(op)
@@ -638,7 +640,9 @@ public final class Transaction {
             try txn.setMeta(MetaKey.lastTxn, lsn, in: views)
         }
         if store.options.checkInvariants { touched.insert(keyBuf.bytes) }
-        if changes != nil { try recordChange(t, origin: origin, wasVisible: oldFlags.map { !$0.contains(.deleted) } ?? false, flags: flags) }
+        if changes != nil {
+            try recordChange(t, origin: origin, wasVisible: oldFlags.map { !$0.contains(.deleted) } ?? false, flags: flags, valuesChanged: valuesChanged)
+        }
         nextLSN += 1
     }
 
@@ -689,8 +693,36 @@ public final class Transaction {
         return try txn.reader.goneLSN(keyBuf.bytes, views: views)
     }
 
+    /// Whether the operation in `opBuf` (its field entries from `entriesStart`) gives a field of
+    /// the row `old` another current value, rather than moving only originals or flags (an
+    /// acknowledgement, a server value equal to the local one).
+    private func changesCurrentValues(_ entriesStart: Int, _ old: StoredRow?) throws(StrataError) -> Bool {
+        guard let old else { return true }
+        var stored: [(id: Int, current: Range<Int>)] = []
+        var r = old.entries
+        while let e = try r.nextEntry() { stored.append((e.id, e.current)) }
+        return try opBuf.withUnsafeBytes { (op) throws(StrataError) -> Bool in
+            var o = ByteReader(op, offset: entriesStart)
+            while let e = try o.nextEntry() {
+                let new = UnsafeRawBufferPointer(rebasing: op[e.current])
+                // A row's entries are in field id order.
+                var (low, high) = (0, stored.count)
+                while low < high {
+                    let mid = (low + high) / 2
+                    if stored[mid].id < e.id { low = mid + 1 } else { high = mid }
+                }
+                if low < stored.count, stored[low].id == e.id {
+                    if !old[stored[low].current].elementsEqual(new) { return true }
+                } else if new.count != 1 || new[0] != ValueTag.null {
+                    return true  // a field the row did not hold now holds a value
+                }
+            }
+            return false
+        }
+    }
+
     /// Notes the change of the row at `keyBuf` for observers.
-    private func recordChange(_ t: TableInfo, origin: LogEntry.Origin, wasVisible: Bool, flags: RowFlags) throws(StrataError) {
+    private func recordChange(_ t: TableInfo, origin: LogEntry.Origin, wasVisible: Bool, flags: RowFlags, valuesChanged: Bool) throws(StrataError) {
         let isVisible = !flags.contains(.gone) && !flags.contains(.deleted)
         let kind: RowChangeEvent.Kind
         switch (wasVisible, isVisible) {
@@ -700,7 +732,7 @@ public final class Transaction {
         case (false, false): return  // a change to a row the app cannot see (a pending delete's originals)
         }
         let key = try keyBuf.withUnsafeBytes { (k) throws(StrataError) in try t.decodeKey(k) }
-        changes!.append(RowChangeEvent(table: t.name, key: key, kind: kind, origin: origin))
+        changes!.append(RowChangeEvent(table: t.name, key: key, kind: kind, origin: origin, valuesChanged: kind != .updated || valuesChanged))
     }
 
     /// What this transaction changed, for observers; `nil` when nobody observes or nothing changed.
