@@ -130,13 +130,16 @@ public final class Transaction {
 
     /// Creates a table, or does nothing when an identical one exists.
     ///
-    /// - Throws: ``StrataError`` `invalidSchema` or `tableExists`.
+    /// - Throws: ``StrataError`` `invalidSchema`, or `tableExists` when a table of that name
+    ///   exists with another definition: the message says what differs and how to change the
+    ///   table (``addField(_:to:)``, ``dropField(_:from:)``, run once per store by a ``Migrator``).
     public func createTable(_ schema: TableSchema) throws(StrataError) {
         try schema.validate()
         let catalog = try self.catalog
         if let id = catalog.tableIDs[schema.name] {
-            guard catalog.tables[id]!.schema == schema else {
-                throw StrataError(.tableExists, "table '\(schema.name)' exists with a different definition")
+            let stored = catalog.tables[id]!.schema
+            guard stored == schema else {
+                throw StrataError(.tableExists, "table '\(schema.name)' exists with a different definition: \(SchemaChange.advice(from: stored, to: schema))")
             }
             return
         }
