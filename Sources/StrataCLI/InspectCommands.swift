@@ -287,8 +287,8 @@ struct PendingCommand: ParsableCommand {
             var json = output.json ? JSONArrayPrinter() : nil
             var count = 0
             let store = try target.open()
-            // Ordered as `strata sync` uploads: by the associations `strata create` stored.
-            try SyncClient(store: store, associations: try StoredAssociations.read(store)).forEachPendingChange { c in
+            // Ordered as `strata sync` uploads: by the associations stored with the store.
+            try SyncClient(store: store).forEachPendingChange { c in
                 count += 1
                 if json != nil { return try json!.add(c) }
                 let values = c.values.sorted { $0.key < $1.key }.map { "\($0.key) = \(displayValue($0.value))" }
