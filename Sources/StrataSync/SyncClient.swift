@@ -18,7 +18,7 @@ public final class SyncClient: Sendable {
     public let tablePolicies: [String: ConflictPolicy]
     /// References between tables, which order uploads and follow server-assigned keys: the
     /// ones passed to ``init(store:policy:tablePolicies:associations:)``, or `nil` when the
-    /// client uses those stored with the store (``Snapshot/associations()``), read in each
+    /// client uses those stored with the store (`Snapshot.associations()`), read in each
     /// transaction that needs them.
     public let associations: [Association]?
 
@@ -32,7 +32,7 @@ public final class SyncClient: Sendable {
     /// A sync client for `store`: `policy` settles conflicts in tables without a policy of their
     /// own in `tablePolicies`; `associations` order uploads and follow server-assigned keys —
     /// when `nil`, those stored with the store (``TablesFile/createTables(in:)``,
-    /// ``Transaction/setAssociations(_:)``, `strata create`), none if none were.
+    /// `Transaction.setAssociations(_:)`, `strata create`), none if none were.
     public init(store: Store, policy: ConflictPolicy = .serverWins, tablePolicies: [String: ConflictPolicy] = [:], associations: [Association]? = nil) {
         self.store = store
         self.policy = policy

@@ -51,7 +51,10 @@ import Testing
 
     @Test func aFailingStepLeavesTheStoreAsBeforeIt() throws {
         try withStore { store, _ throws in
-            #expect(throws: Refused.self) { try Self.migrator(failingAt: "v2 notes").migrate(store) }
+            #expect { try Self.migrator(failingAt: "v2 notes").migrate(store) } throws: { error in
+                let e = error as? StrataError
+                return e?.code == .invalidOperation && e?.cause is Refused && e!.message.contains("migration step 'v2 notes' failed and was rolled back")
+            }
             // v1 stays; v2's field and edit are rolled back; v3 did not run.
             #expect(try Self.migrator().appliedMigrations(in: store) == ["v1 tasks"])
             #expect(try store.read { try $0.schema("tasks").fields.map(\.name) } == ["id", "title"])

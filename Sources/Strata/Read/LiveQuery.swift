@@ -35,7 +35,10 @@ public final class LiveQuery {
 
     /// A model of the results of `query` in `store`; the first results arrive shortly after.
     ///
-    /// - Parameter includingSyncState: see ``Store/observe(_:includingSyncState:)``.
+    /// - Parameters:
+    ///   - store: the store to follow.
+    ///   - query: the query whose results the model holds.
+    ///   - includingSyncState: see ``Store/observe(_:includingSyncState:)``.
     public init(_ store: Store, _ query: Query, includingSyncState: Bool = false) {
         self.query = query
         let results = store.observe(query, includingSyncState: includingSyncState)

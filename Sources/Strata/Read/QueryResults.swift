@@ -29,7 +29,9 @@
 /// cancelled. It throws ``StrataError`` when the query cannot run (`tableNotFound`,
 /// `fieldNotFound`, a negative limit), at once or after a schema change.
 public struct QueryResults: AsyncSequence, Sendable {
+    /// One result: the query's rows, in its order.
     public typealias Element = [Row]
+    /// What the sequence throws: a query that cannot run.
     public typealias Failure = StrataError
 
     let store: Store
@@ -45,7 +47,9 @@ public struct QueryResults: AsyncSequence, Sendable {
 
     /// Reads each new result when asked for it.
     public struct Iterator: AsyncIteratorProtocol {
+        /// One result: the query's rows, in its order.
         public typealias Element = [Row]
+        /// What the iterator throws: a query that cannot run.
         public typealias Failure = StrataError
 
         let store: Store

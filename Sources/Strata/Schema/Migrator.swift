@@ -47,40 +47,52 @@ public struct Migrator: Sendable {
     /// Runs, in order, each registered step this store has not run yet, and returns their names.
     ///
     /// - Throws: ``StrataError`` `invalidOperation` (a name registered twice or empty, or a store
-    ///   that ran steps this migrator lacks or in another order), or the error of the failing
-    ///   step, which left the store as before it.
+    ///   that ran steps this migrator lacks or in another order); for a failing step, which left
+    ///   the store as before it, an error naming the step, with the step's error as its
+    ///   ``StrataError/cause`` (a `StrataError` thrown by the step keeps its code; any other
+    ///   error is `invalidOperation`).
     /// - Complexity: one write transaction per step to run; none when every step has run.
     @discardableResult
-    public func migrate(_ store: Store) throws -> [String] {
+    public func migrate(_ store: Store) throws(StrataError) -> [String] {
         try checkNames()
         try Self.check(try appliedMigrations(in: store), against: migrations)
         var ran: [String] = []
         for step in steps {
-            let didRun = try store.write { tx -> Bool in
-                var applied = try Self.applied(tx.libraryValue(Self.recordName))
-                try Self.check(applied, against: migrations)
-                guard !applied.contains(where: { $0.utf8.elementsEqual(step.name.utf8) }) else { return false }
-                try step.body(tx)
-                applied.append(step.name)
-                try tx.setLibraryValue(Self.recordName, Self.encode(applied))
-                return true
+            let didRun = try strataErrors {
+                try store.write { tx -> Bool in
+                    var applied = try Self.applied(tx.libraryValue(Self.recordName))
+                    try Self.check(applied, against: migrations)
+                    guard !applied.contains(where: { $0.utf8.elementsEqual(step.name.utf8) }) else { return false }
+                    do { try step.body(tx) } catch { throw Self.failure(of: step.name, error) }
+                    applied.append(step.name)
+                    try tx.setLibraryValue(Self.recordName, Self.encode(applied))
+                    return true
+                }
             }
             if didRun { ran.append(step.name) }
         }
         return ran
     }
 
+    /// A step's error, saying which step failed and that it was rolled back: a `StrataError`
+    /// keeps its code; any other error is `invalidOperation`, with the error as its cause.
+    private static func failure(of name: String, _ error: any Error) -> StrataError {
+        let what = "migration step '\(name)' failed and was rolled back (the steps before it stay applied)"
+        if let e = error as? StrataError { return StrataError(e.code, "\(what): \(e.message)", cause: e) }
+        return StrataError(.invalidOperation, "\(what): \(error)", cause: error)
+    }
+
     /// The names of the steps this store has run, in the order they ran.
     ///
     /// - Throws: ``StrataError`` `corruptRecord` when the record is unreadable.
-    public func appliedMigrations(in store: Store) throws -> [String] {
-        try store.read { try Self.applied($0.libraryValue(Self.recordName)) }
+    public func appliedMigrations(in store: Store) throws(StrataError) -> [String] {
+        try strataErrors { try store.read { try Self.applied($0.libraryValue(Self.recordName)) } }
     }
 
     /// Whether every registered step has run on this store.
     ///
     /// - Throws: as ``migrate(_:)`` does for a store that ran steps this migrator lacks.
-    public func hasCompletedMigrations(in store: Store) throws -> Bool {
+    public func hasCompletedMigrations(in store: Store) throws(StrataError) -> Bool {
         let applied = try appliedMigrations(in: store)
         try Self.check(applied, against: migrations)
         return applied.count == steps.count
@@ -117,7 +129,9 @@ public struct Migrator: Sendable {
         }
     }
 
-    private static func encode(_ names: [String]) throws -> [UInt8] {
-        Array(try JSONEncoder().encode(names))
+    private static func encode(_ names: [String]) throws(StrataError) -> [UInt8] {
+        do { return Array(try JSONEncoder().encode(names)) } catch {
+            throw StrataError(.invalidValue, "the migration steps' names cannot be recorded: \(error)")
+        }
     }
 }

@@ -23,28 +23,30 @@ enum StoredAssociations {
     }
 }
 
+/// Storing the associations with the store.
 extension Transaction {
     /// Stores `associations` with the store, replacing the ones stored before; a ``SyncClient``
     /// created without associations orders uploads by them. ``TablesFile/createTables(in:)``
     /// stores a tables file's associations this way.
     ///
-    /// - Throws: ``StrataError`` when the store cannot be written.
+    /// - Throws: `StrataError` when the store cannot be written.
     public func setAssociations(_ associations: [Association]) throws(StrataError) {
         try setLibraryValue(StoredAssociations.name, try StoredAssociations.encode(associations))
         try setProperty(StoredAssociations.legacyProperty, nil)
     }
 
-    /// The associations stored with the store, as this transaction sees them (see ``Snapshot/associations()``).
+    /// The associations stored with the store, as this transaction sees them (see `Snapshot.associations()`).
     public func associations() throws(StrataError) -> [Association] {
         try snapshot.associations()
     }
 }
 
+/// Reading the associations stored with the store.
 extension Snapshot {
-    /// The associations stored with the store (``Transaction/setAssociations(_:)``,
+    /// The associations stored with the store (`Transaction.setAssociations(_:)`,
     /// ``TablesFile/createTables(in:)``, `strata create`); empty when none were.
     ///
-    /// - Throws: ``StrataError`` `corruptRecord` when the stored value is unreadable.
+    /// - Throws: `StrataError` `corruptRecord` when the stored value is unreadable.
     public func associations() throws(StrataError) -> [Association] {
         if let bytes = try libraryValue(StoredAssociations.name) {
             return try StoredAssociations.decode(bytes, from: "the store's metadata")

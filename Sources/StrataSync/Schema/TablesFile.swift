@@ -100,7 +100,7 @@ public struct TablesFile: Sendable, Hashable, Codable {
 
     /// Reads and checks the tables file at `url`.
     ///
-    /// - Throws: ``StrataError`` `io` when the file cannot be read, `malformedInput` when it is
+    /// - Throws: `StrataError` `io` when the file cannot be read, `malformedInput` when it is
     ///   not a valid tables file (the message names the file and what is wrong).
     public init(contentsOf url: URL) throws(StrataError) {
         let data: Data
@@ -116,7 +116,7 @@ public struct TablesFile: Sendable, Hashable, Codable {
 
     /// Reads and checks a tables file's JSON.
     ///
-    /// - Throws: ``StrataError`` `malformedInput` when it is not a valid tables file.
+    /// - Throws: `StrataError` `malformedInput` when it is not a valid tables file.
     public init(json: Data) throws(StrataError) {
         do {
             self = try JSONDecoder().decode(TablesFile.self, from: json)
@@ -131,7 +131,7 @@ public struct TablesFile: Sendable, Hashable, Codable {
     /// server-assigned key only on a single int key field, and associations between listed
     /// tables through a declared field (or any field of a property bag).
     ///
-    /// - Throws: ``StrataError`` `malformedInput` naming the table or association.
+    /// - Throws: `StrataError` `malformedInput` naming the table or association.
     public func validate() throws(StrataError) {
         var names = Set<[UInt8]>()
         for t in tables {
@@ -168,11 +168,13 @@ public struct TablesFile: Sendable, Hashable, Codable {
     /// exists with the same definition is left as it is; one with another definition is an
     /// error (`tableExists`, saying how to change it), and nothing is created.
     ///
-    /// - Throws: ``StrataError`` `tableExists`, `invalidSchema`.
-    public func createTables(in store: Store) throws {
-        try store.write { tx in
-            for schema in schemas { try tx.createTable(schema) }
-            try tx.setAssociations(associations)
+    /// - Throws: `StrataError` `tableExists`, `invalidSchema`.
+    public func createTables(in store: Store) throws(StrataError) {
+        try strataErrors {
+            try store.write { tx in
+                for schema in schemas { try tx.createTable(schema) }
+                try tx.setAssociations(associations)
+            }
         }
     }
 }
