@@ -49,6 +49,27 @@ import Testing
         }
     }
 
+    /// The record goes where the store goes: a copy and a salvaged store ran the same steps.
+    @Test func theRecordSurvivesACopyAndASalvage() throws {
+        try withTemporaryFolder { base in
+            do {
+                let store = try Store(path: base + "/original")
+                defer { store.close() }
+                try Self.migrator().migrate(store)
+                try store.checkpoint()
+                try FileManager.default.createDirectory(atPath: base + "/copy", withIntermediateDirectories: true)
+                try store.copy(to: base + "/copy")
+            }
+            _ = try Store.salvage(from: base + "/original", into: base + "/salvaged")
+            for folder in ["copy", "salvaged"] {
+                let store = try Store(path: base + "/" + folder)
+                defer { store.close() }
+                #expect(try Self.migrator().migrate(store) == [], "\(folder)")
+                #expect(try Self.migrator().hasCompletedMigrations(in: store), "\(folder)")
+            }
+        }
+    }
+
     @Test func aFailingStepLeavesTheStoreAsBeforeIt() throws {
         try withStore { store, _ throws in
             #expect { try Self.migrator(failingAt: "v2 notes").migrate(store) } throws: { error in
