@@ -111,6 +111,8 @@ private func titles(_ rows: [Row]?) -> [String] { (rows ?? []).map { $0["title"]
         try await withTasksStore { store in
             var missing = store.observe(Query("nope")).makeAsyncIterator()
             await #expect { try await missing.next() } throws: { ($0 as? StrataError)?.code == .tableNotFound }
+            let afterError = try await missing.next()
+            #expect(afterError == nil)
             var field = store.observe(Query("tasks", where: .equals("colour", "red"))).makeAsyncIterator()
             await #expect { try await field.next() } throws: { ($0 as? StrataError)?.code == .fieldNotFound }
 

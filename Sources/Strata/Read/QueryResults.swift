@@ -78,6 +78,16 @@ public struct QueryResults: AsyncSequence, Sendable {
         /// See ``next()``.
         public mutating func next(isolation actor: isolated (any Actor)?) async throws(StrataError) -> [Row]? {
             if finished { return nil }
+            do {
+                return try await advance(isolation: actor)
+            } catch {
+                // After an error the sequence is over, as an iterator's contract asks.
+                _ = finish()
+                throw error
+            }
+        }
+
+        private mutating func advance(isolation actor: isolated (any Actor)?) async throws(StrataError) -> [Row]? {
             if prompts == nil {
                 // Observe before the first read, so that no commit after that read goes unseen.
                 let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
