@@ -302,8 +302,8 @@ struct PendingCommand: ParsableCommand {
     func run() throws {
         try reportingErrors {
             let store = try target.open()
-            // Ordered as `strata sync` uploads: by the associations `strata create` stored.
-            let sync = SyncClient(store: store, associations: try StoredAssociations.read(store))
+            // Ordered as `strata sync` uploads: by the associations stored with the store.
+            let sync = SyncClient(store: store)
             if heldBack {
                 let rows = try held(sync)
                 if output.json { return try printJSON(rows) }

@@ -47,7 +47,8 @@ struct SyncCommand: AsyncParsableCommand {
     func run() async throws {
         do {
             let store = try target.open()
-            let associations = try tables.map { try CreateCommand.TablesFile.read($0).associations ?? [] } ?? StoredAssociations.read(store)
+            // nil: the client reads the ones stored with the store.
+            let associations = try tables.map { try TablesFile(contentsOf: URL(fileURLWithPath: $0)).associations }
             let sync = SyncClient(store: store, policy: ConflictPolicy(argument: policy)!, associations: associations)
             let transport = HTTPSyncTransport(server: URL(string: server)!, token: token, timeout: timeout)
             let quiet = output.json
@@ -109,43 +110,9 @@ struct CreateCommand: ParsableCommand {
     @Argument(help: "The new store's folder.") var store: String
     @Option(help: "The tables file (the one strata-server runs with).") var tables: String
 
-    /// The part of the server's tables file that a store needs.
-    struct TablesFile: Decodable {
-        struct Field: Decodable {
-            var name: String
-            var type: ValueType
-            var nullable: Bool?
-            var `default`: Value?
-        }
-        struct Table: Decodable {
-            var name: String
-            var mode: TableSchema.Mode?
-            var primaryKey: [String]
-            var fields: [Field]
-        }
-        var tables: [Table]
-        var associations: [Association]?
-
-        /// The tables file at `path`, its associations checked against its tables.
-        static func read(_ path: String) throws -> TablesFile {
-            guard let data = FileManager.default.contents(atPath: path) else { throw StrataError(.io, "cannot read the tables file '\(path)'") }
-            let file: TablesFile
-            do { file = try JSONDecoder().decode(TablesFile.self, from: data) } catch {
-                throw StrataError(.malformedInput, "the tables file '\(path)' is not valid: \(error)")
-            }
-            for a in file.associations ?? [] {
-                guard let child = file.tables.first(where: { $0.name == a.child }), child.fields.contains(where: { $0.name == a.field }),
-                      file.tables.contains(where: { $0.name == a.parent }) else {
-                    throw StrataError(.malformedInput, "the tables file '\(path)' is not valid: association \(a.child).\(a.field) → \(a.parent) names a table or field it does not define")
-                }
-            }
-            return file
-        }
-    }
-
     func run() throws {
         try reportingErrors {
-            let file = try TablesFile.read(tables)
+            let file = try TablesFile(contentsOf: URL(fileURLWithPath: tables))
             guard !FileManager.default.fileExists(atPath: store) else { throw StrataError(.invalidOperation, "'\(store)' already exists") }
             // Built under a hidden name beside the new store and renamed when complete: a create
             // that fails (or is killed) never leaves a half-made store under the name asked for.
@@ -161,14 +128,7 @@ struct CreateCommand: ParsableCommand {
             do {
                 let s = try Store(path: scratch)
                 defer { s.close() }
-                for t in file.tables {
-                    let fields = t.fields.map { FieldDefinition($0.name, $0.type, nullable: $0.nullable ?? false, default: $0.default) }
-                    try s.createTable(t.mode == .propertyBag
-                        ? .propertyBag(t.name, key: fields.filter { t.primaryKey.contains($0.name) })
-                        : .fixed(t.name, primaryKey: t.primaryKey, fields: fields))
-                }
-                let associations = file.associations ?? []
-                try s.write { tx in try tx.setProperty(StoredAssociations.property, StoredAssociations.value(associations)) }
+                try file.createTables(in: s)
                 clientID = s.clientID
             } catch {
                 try? FileManager.default.removeItem(atPath: scratch)
@@ -183,27 +143,6 @@ struct CreateCommand: ParsableCommand {
             }
             print(clientID)
         }
-    }
-}
-
-/// The associations of the tables file a store was created from (`strata create`), kept as a
-/// store property so that `strata sync` and `strata pending` order uploads as the server expects.
-enum StoredAssociations {
-    static let property = "strata.cli.associations"
-
-    static func value(_ associations: [Association]) throws -> Value {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        return .string(String(decoding: try encoder.encode(associations), as: UTF8.self))
-    }
-
-    /// The stored associations; none for a store that `strata create` did not make.
-    static func read(_ store: Store) throws -> [Association] {
-        guard let stored = try store.read({ try $0.property(property) }) else { return [] }
-        guard let text = stored.stringValue, let list = try? JSONDecoder().decode([Association].self, from: Data(text.utf8)) else {
-            throw StrataError(.corruptRecord, "the store's associations (property \(property)) are not readable: \(stored)")
-        }
-        return list
     }
 }
 

@@ -16,8 +16,11 @@ public final class SyncClient: Sendable {
     public let policy: ConflictPolicy
     /// Policies per table name.
     public let tablePolicies: [String: ConflictPolicy]
-    /// References between tables, which order uploads and follow server-assigned keys.
-    public let associations: [Association]
+    /// References between tables, which order uploads and follow server-assigned keys: the
+    /// ones passed to ``init(store:policy:tablePolicies:associations:)``, or `nil` when the
+    /// client uses those stored with the store (`Snapshot.associations()`), read in each
+    /// transaction that needs them.
+    public let associations: [Association]?
 
     /// The store property holding the anchor of the last merged delta.
     public static let anchorProperty = "strata.sync.anchor"
@@ -26,8 +29,11 @@ public final class SyncClient: Sendable {
     /// only in tests, which check that it decides as the field-by-field merge does.
     let mergesOnRecords: Bool
 
-    /// A sync client for `store`: `policy` settles conflicts in tables without a policy of their own in `tablePolicies`; `associations` order uploads and follow server-assigned keys.
-    public init(store: Store, policy: ConflictPolicy = .serverWins, tablePolicies: [String: ConflictPolicy] = [:], associations: [Association] = []) {
+    /// A sync client for `store`: `policy` settles conflicts in tables without a policy of their
+    /// own in `tablePolicies`; `associations` order uploads and follow server-assigned keys —
+    /// when `nil`, those stored with the store (``TablesFile/createTables(in:)``,
+    /// `Transaction.setAssociations(_:)`, `strata create`), none if none were.
+    public init(store: Store, policy: ConflictPolicy = .serverWins, tablePolicies: [String: ConflictPolicy] = [:], associations: [Association]? = nil) {
         self.store = store
         self.policy = policy
         self.tablePolicies = tablePolicies
@@ -39,8 +45,14 @@ public final class SyncClient: Sendable {
         self.store = store
         self.policy = policy
         self.tablePolicies = [:]
-        self.associations = []
+        self.associations = nil
         self.mergesOnRecords = mergesOnRecords
+    }
+
+    /// The associations this client follows in `snap`: the ones it was given, else the stored ones.
+    func associations(_ snap: Snapshot) throws(StrataError) -> [Association] {
+        if let associations { return associations }
+        return try snap.associations()
     }
 
     /// The anchor of the last merged delta (`nil` before the first), to pull the next one from.

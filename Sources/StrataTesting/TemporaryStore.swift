@@ -36,10 +36,13 @@ public func withTemporaryStore<R>(
 /// - Parameters:
 ///   - options: the store's options; `nil` means `Durability.noSync`, the rest as `StoreOptions()`.
 ///   - tables: tables to create before `body` runs.
+///   - isolation: the caller's actor, where `body` runs (so a `@MainActor` test may use main-actor
+///     types, such as a `LiveQuery`, in `body`); the default is the caller's own.
 ///   - body: the test, given the open store and its folder.
 /// - Throws: what opening the store, creating the tables or `body` throws.
 public func withTemporaryStore<R>(
-    options: StoreOptions? = nil, tables: [TableSchema] = [], _ body: (Store, String) async throws -> R
+    options: StoreOptions? = nil, tables: [TableSchema] = [], isolation: isolated (any Actor)? = #isolation,
+    _ body: (Store, String) async throws -> R
 ) async throws -> R {
     let (store, folder) = try openTemporaryStore(options: options, tables: tables)
     defer { closeAndRemove(store, folder) }

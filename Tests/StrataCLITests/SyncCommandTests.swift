@@ -48,8 +48,8 @@ import Testing
         try FileManager.default.createDirectory(at: parent, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: parent) }
         let path = parent.appendingPathComponent("phone").path
-        // The second table's key names a field it does not have: the store refuses it, after
-        // the first table was created.
+        // The second table's key names a field it does not have: the tables file is refused,
+        // with what is wrong in it.
         let bad = parent.appendingPathComponent("bad.json").path
         try Data("""
             {"tables": [{"name": "tasks", "primaryKey": ["id"], "fields": [{"name": "id", "type": "int"}]},
@@ -57,6 +57,7 @@ import Testing
             """.utf8).write(to: URL(fileURLWithPath: bad))
         let failed = try runStrata(["create", path, "--tables", bad])
         #expect(failed.status == 2, "\(failed.out) \(failed.err)")
+        #expect(failed.err.contains("table 'notes': key field 'nope' is not among its fields"), "\(failed.err)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: parent.path) == ["bad.json"])
         let again = try runStrata(["create", path, "--tables", Self.tablesFile])
         #expect(again.status == 0, "\(again.err)")

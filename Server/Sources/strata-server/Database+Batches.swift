@@ -69,7 +69,7 @@ extension Database {
     }
 
     private func normalize(_ c: RowChange, row: String) throws(RequestError) -> RowChange {
-        guard let config = tables[c.table] else { throw .bad("\(row): unknown table '\(c.table)'") }
+        guard let config = tables[table: c.table] else { throw .bad("\(row): unknown table '\(c.table)'") }
         let table = ServerTable(config)
         var n = c
         n.key = try table.checkKey(c.key, row: row)
@@ -189,7 +189,7 @@ extension Database {
         // deletes is judged by the batch's own state below.
         var parentRefs = Set<StoredRowID>()
         for change in changes where change.kind != .delete {
-            for a in tables.associations ?? [] where a.child == change.table {
+            for a in tables.associations where a.child == change.table {
                 if let v = change.values[a.field], !v.isNull { parentRefs.insert(StoredRowID(a.parent, Self.keyText(RowKey([v])))) }
             }
         }
@@ -212,10 +212,10 @@ extension Database {
                 results.append(RowResult(table: change.table, key: change.key, status: .error, error: RowError(reason: problem, action: .setAside)))
                 continue
             }
-            guard let table = tables[change.table] else { continue }
+            guard let table = tables[table: change.table] else { continue }
             var change = change
             // A child naming a parent that this batch re-keyed follows the parent's new key.
-            for a in tables.associations ?? [] where a.child == change.table {
+            for a in tables.associations where a.child == change.table {
                 if let v = change.values[a.field], let new = rekeyed[a.parent]?[v] { change.values[a.field] = new }
             }
             var key = change.key
@@ -232,7 +232,7 @@ extension Database {
             // on the client, with the reason, for the app to fix or discard.
             var orphan: String?
             if change.kind != .delete {
-                for a in tables.associations ?? [] where a.child == change.table {
+                for a in tables.associations where a.child == change.table {
                     guard let v = change.values[bytes: a.field], !v.isNull else { continue }
                     let parent = StoredRowID(a.parent, Self.keyText(RowKey([v])))
                     let live = rows[parent].map { !$0.deleted } ?? liveParents.contains(parent)

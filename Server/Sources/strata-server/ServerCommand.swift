@@ -5,6 +5,7 @@ import Logging
 import NIOCore
 import PostgresNIO
 import Strata
+import StrataSync
 
 /// `strata-server`: the reference sync server, and its admin commands.
 @main

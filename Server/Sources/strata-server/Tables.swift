@@ -2,83 +2,24 @@ import Foundation
 import Strata
 import StrataSync
 
-/// The tables the server keeps, read from a JSON file that mirrors the client's `TableSchema`:
-///
-/// ```json
-/// {"tables": [{"name": "tasks", "primaryKey": ["id"], "serverAssignedKey": false,
-///              "fields": [{"name": "id", "type": "int"}, {"name": "title", "type": "string"},
-///                         {"name": "notes", "type": "string", "nullable": true},
-///                         {"name": "done", "type": "bool", "default": {"bool": false}}]}],
-///  "associations": [{"child": "items", "field": "list", "parent": "lists"}]}
-/// ```
-///
-/// A table with `"mode": "propertyBag"` lists only its key fields and takes any other field.
-struct TableConfig: Codable, Sendable {
-    struct Field: Codable, Sendable {
-        var name: String
-        var type: ValueType
-        var nullable: Bool?
-        var `default`: Value?
-    }
+/// The tables the server keeps: the tables file, read and checked by StrataSync's `TablesFile`,
+/// the one loader the CLI and apps use too (its format is in docs/server.md).
+typealias TableConfig = TablesFile
 
-    struct Table: Codable, Sendable {
-        var name: String
-        var mode: TableSchema.Mode?
-        var primaryKey: [String]
-        var fields: [Field]
-        /// Inserts get a key drawn from the server's key sequence, returned as `newKey` (a single
-        /// int key field only).
-        var serverAssignedKey: Bool?
-
-        var isPropertyBag: Bool { mode == .propertyBag }
-        /// The field called `name`, compared by its UTF-8 bytes (another Unicode form of a
-        /// field's name is not that field, as in a client's store).
-        func field(_ name: String) -> Field? { fields.first { $0.name.utf8.elementsEqual(name.utf8) } }
-        /// Whether `name` is a key field, compared by its bytes.
-        func isKeyField(_ name: String) -> Bool { primaryKey.contains { $0.utf8.elementsEqual(name.utf8) } }
-    }
-
-    var tables: [Table]
-    var associations: [Association]?
-
-    /// Reads and checks a tables file.
-    static func load(path: String) throws -> TableConfig {
-        let data: Data
-        do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
-            throw ServerError("cannot read the tables file \(path): \(error.localizedDescription)")
-        }
-        let config: TableConfig
-        do { config = try JSONDecoder().decode(TableConfig.self, from: data) } catch {
-            throw ServerError("the tables file \(path) is not valid: \(error)")
-        }
-        try config.validate()
-        return config
-    }
-
-    func validate() throws {
-        var names = Set<String>()
-        for t in tables {
-            guard !t.name.isEmpty, names.insert(t.name).inserted else { throw ServerError("table '\(t.name)' is listed twice or has no name") }
-            guard !t.primaryKey.isEmpty else { throw ServerError("table '\(t.name)' needs a primary key") }
-            // The clients' rule for a table's names (`TableSchema`): no name twice, and no two
-            // that Swift's `==` calls equal (NFC and NFD forms), which a client refuses.
-            var fieldNames = Set<String>()
-            for f in t.fields where !fieldNames.insert(f.name).inserted {
-                throw ServerError("table '\(t.name)': field '\(f.name)' is listed twice, or in two Unicode forms (field names compare by their bytes, and a table holds one of two such names)")
-            }
-            for k in t.primaryKey where t.field(k) == nil { throw ServerError("table '\(t.name)': key field '\(k)' is not among its fields") }
-            if t.serverAssignedKey == true, t.primaryKey.count != 1 || t.field(t.primaryKey[0])?.type != .int {
-                throw ServerError("table '\(t.name)': a server-assigned key needs a single int key field")
-            }
-        }
-        for a in associations ?? [] where !names.contains(a.child) || !names.contains(a.parent) {
-            throw ServerError("association \(a.child).\(a.field) → \(a.parent) names an unknown table")
+extension TablesFile {
+    /// Reads and checks the tables file at `path`; a problem is a fatal start-up error.
+    static func load(path: String) throws -> TablesFile {
+        do {
+            return try TablesFile(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw ServerError(error.message)
         }
     }
+}
 
-    /// The table called `name`, compared by its UTF-8 bytes: two names that Swift's `==` calls
-    /// equal (NFC and NFD forms) are two names, as in a client's store.
-    subscript(name: String) -> Table? { tables.first { $0.name.utf8.elementsEqual(name.utf8) } }
+extension TablesFile.Table {
+    /// Whether `name` is a key field, compared by its bytes.
+    func isKeyField(_ name: String) -> Bool { primaryKey.contains { $0.utf8.elementsEqual(name.utf8) } }
 }
 
 /// A fatal configuration or start-up problem, printed as one line.
@@ -100,16 +41,6 @@ struct RequestError: Error {
         self.message = message
     }
     static func bad(_ message: String) -> RequestError { RequestError(400, "badRequest", message) }
-}
-
-extension TableConfig.Table {
-    /// The table as a client declares it: what `RowRule` checks rows against.
-    var schema: TableSchema {
-        TableSchema(
-            name: name, mode: mode ?? .fixed,
-            fields: fields.map { FieldDefinition($0.name, $0.type, nullable: $0.nullable ?? false, default: $0.default) },
-            primaryKey: primaryKey)
-    }
 }
 
 /// A table of the tables file, with its schema built once: every row of every batch is checked

@@ -51,7 +51,7 @@ struct Phone: AsyncParsableCommand {
         var options = StoreOptions()
         if let overlayBudgetMiB { options.overlayBudget = overlayBudgetMiB << 20 }
         let store = try Store(path: self.store, options: options)
-        for t in try TableFile.load(tables) { try store.createTable(t) }
+        try TablesFile(contentsOf: URL(fileURLWithPath: tables)).createTables(in: store)
         let transport = HTTPSyncTransport(server: URL(string: server)!, token: token, timeout: 120, pageSize: pageSize)
         let sync = SyncClient(store: store)
         let t0 = ContinuousClock.now
@@ -69,24 +69,6 @@ struct Phone: AsyncParsableCommand {
         let one = (ContinuousClock.now - t1) / .milliseconds(1)
         guard try await store.read({ try $0.row("tasks", key: 1)?["title"] }) == "changed" else { throw BenchError("the changed row did not arrive") }
         print(String(decoding: try JSONEncoder().encode(Result(seconds: seconds, rows: rows, oneRowMilliseconds: one)), as: UTF8.self))
-    }
-}
-
-/// The tables of a server's tables file, as a store declares them.
-enum TableFile {
-    struct File: Decodable {
-        struct Field: Decodable { var name: String; var type: ValueType; var nullable: Bool?; var `default`: Value? }
-        struct Table: Decodable { var name: String; var mode: TableSchema.Mode?; var primaryKey: [String]; var fields: [Field] }
-        var tables: [Table]
-    }
-
-    static func load(_ path: String) throws -> [TableSchema] {
-        let file = try JSONDecoder().decode(File.self, from: Data(contentsOf: URL(fileURLWithPath: path)))
-        return file.tables.map { t in
-            TableSchema(name: t.name, mode: t.mode ?? .fixed,
-                        fields: t.fields.map { FieldDefinition($0.name, $0.type, nullable: $0.nullable ?? false, default: $0.default) },
-                        primaryKey: t.primaryKey)
-        }
     }
 }
 
@@ -304,7 +286,7 @@ struct Run: AsyncParsableCommand {
     /// The same rows merged into a new store from deltas in memory, page by page: seconds.
     func mergeAlone(rows n: Int, folder: String) throws -> Double {
         let store = try Store(path: folder)
-        for t in try TableFile.load(tables) { try store.createTable(t) }
+        try TablesFile(contentsOf: URL(fileURLWithPath: tables)).createTables(in: store)
         let sync = SyncClient(store: store)
         var total: Duration = .zero
         for first in stride(from: 1, through: n, by: pageSize) {

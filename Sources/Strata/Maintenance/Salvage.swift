@@ -284,7 +284,7 @@ extension Store {
                         try txn.setMeta(MetaKey.catalogVersion, meta.catalogVersion, in: views)
                         if let id = meta.entries[MetaKey.clientID] { try txn.setMeta(MetaKey.clientID, id, in: views) }
                         try txn.setMeta(MetaKey.lastTxn, lastTxn, in: views)
-                        for (key, value) in meta.entries where key.hasPrefix("p:") || key.hasPrefix(MetaKey.pinPrefix) {
+                        for (key, value) in meta.entries where key.hasPrefix("p:") || key.hasPrefix(MetaKey.pinPrefix) || key.hasPrefix(MetaKey.libraryPrefix) {
                             if key.hasPrefix(MetaKey.pinPrefix), value.count != 8 { continue }
                             try txn.setMeta(key, value, in: views)
                         }

@@ -34,21 +34,35 @@ public indirect enum Condition: Sendable, Hashable, Codable {
     /// Whether `row` satisfies the condition. Comparisons use ``Value/order(_:_:)``; a null field
     /// satisfies only `isNull`, `notEquals` a non-null value, and `equals(null)`.
     public func matches(_ row: Row) -> Bool {
+        matches { row[$0] }
+    }
+
+    /// Whether a row whose fields hold `value(field)` satisfies the condition: the one
+    /// evaluation, for a row and for a row key alone (a live query's key check).
+    @inline(__always)
+    func matches(_ value: (String) -> Value) -> Bool {
         switch self {
-        case .equals(let f, let v): return Value.order(row[f], v) == 0
-        case .notEquals(let f, let v): return Value.order(row[f], v) != 0
-        case .lessThan(let f, let v): return !row[f].isNull && Value.order(row[f], v) < 0
-        case .lessOrEqual(let f, let v): return !row[f].isNull && Value.order(row[f], v) <= 0
-        case .greaterThan(let f, let v): return !row[f].isNull && Value.order(row[f], v) > 0
-        case .greaterOrEqual(let f, let v): return !row[f].isNull && Value.order(row[f], v) >= 0
-        case .between(let f, let lo, let hi): return !row[f].isNull && Value.order(row[f], lo) >= 0 && Value.order(row[f], hi) <= 0
-        case .isIn(let f, let vs): return vs.contains { Value.order(row[f], $0) == 0 }
-        case .isNull(let f): return row[f].isNull
-        case .isNotNull(let f): return !row[f].isNull
-        case .and(let ps): return ps.allSatisfy { $0.matches(row) }
-        case .or(let ps): return ps.contains { $0.matches(row) }
-        case .not(let p): return !p.matches(row)
+        case .equals(let f, let v): return Value.order(value(f), v) == 0
+        case .notEquals(let f, let v): return Value.order(value(f), v) != 0
+        case .lessThan(let f, let v): return !value(f).isNull && Value.order(value(f), v) < 0
+        case .lessOrEqual(let f, let v): return !value(f).isNull && Value.order(value(f), v) <= 0
+        case .greaterThan(let f, let v): return !value(f).isNull && Value.order(value(f), v) > 0
+        case .greaterOrEqual(let f, let v): return !value(f).isNull && Value.order(value(f), v) >= 0
+        case .between(let f, let lo, let hi): return !value(f).isNull && Value.order(value(f), lo) >= 0 && Value.order(value(f), hi) <= 0
+        case .isIn(let f, let vs): return vs.contains { Value.order(value(f), $0) == 0 }
+        case .isNull(let f): return value(f).isNull
+        case .isNotNull(let f): return !value(f).isNull
+        case .and(let ps): return ps.allSatisfy { $0.matches(value) }
+        case .or(let ps): return ps.contains { $0.matches(value) }
+        case .not(let p): return !p.matches(value)
         }
+    }
+
+    /// The conjuncts of the condition that read only `keyFields`: a row key alone decides them,
+    /// and a row's key never changes, so a row whose key fails one of them never matches.
+    func keyOnlyConjuncts(_ keyFields: Set<String>) -> [Condition] {
+        let conjuncts: [Condition] = if case .and(let ps) = self { ps.flatMap { $0.keyOnlyConjuncts(keyFields) } } else { [self] }
+        return conjuncts.filter { !$0.fields.isEmpty && $0.fields.isSubset(of: keyFields) }
     }
 
     /// The field names the condition reads.

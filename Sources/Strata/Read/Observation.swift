@@ -21,6 +21,20 @@ public struct RowChangeEvent: Sendable, Hashable {
     public let kind: Kind
     /// Whether the change was made on this device or came from the server.
     public let origin: LogEntry.Origin
+    /// Whether the row's current values (what the app reads) changed: always for an insert or a
+    /// delete; `false` for an ``Kind/updated`` change of the row's sync state alone — the
+    /// acknowledgement of an upload, a server value equal to the local one, a conflict marked
+    /// or resolved with the values kept — which changes the row's ``Row/status`` or originals.
+    /// A live query (``Store/observe(_:includingSyncState:)``) skips such changes.
+    public let valuesChanged: Bool
+
+    init(table: String, key: RowKey, kind: Kind, origin: LogEntry.Origin, valuesChanged: Bool = true) {
+        self.table = table
+        self.key = key
+        self.kind = kind
+        self.origin = origin
+        self.valuesChanged = valuesChanged
+    }
 }
 
 /// What one committed write transaction changed.
@@ -169,7 +183,7 @@ extension Store {
 
     /// Registers `body` with the store's observers and as an observation of this `Store`,
     /// which ``close()`` ends: it removes `body` and calls `onEnd`. `nil` when this `Store` is closed.
-    private func addObservation(
+    func addObservation(
         _ body: @escaping @Sendable (CommitNotification) -> Void, onEnd: @escaping @Sendable () -> Void
     ) -> ObservationToken? {
         let id = UUID()

@@ -108,7 +108,7 @@ public struct TableSchema: Codable, Sendable, Hashable {
     }
 
     /// Checks the definition; throws ``StrataError/Code/invalidSchema`` saying what is wrong.
-    func validate() throws(StrataError) {
+    package func validate() throws(StrataError) {
         func bad(_ why: String) -> StrataError { StrataError(.invalidSchema, "table '\(name)': \(why)") }
         guard !name.isEmpty else { throw StrataError(.invalidSchema, "a table needs a non-empty name") }
         guard !primaryKey.isEmpty else { throw bad("a primary key of at least one field is required") }

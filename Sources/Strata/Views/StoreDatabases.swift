@@ -127,6 +127,9 @@ enum MetaKey {
     static let lsnCoveredFrom = "lsnCoveredFrom"
     /// Prefix of log pins (see ``Transaction/pinLog(_:after:)``).
     static let pinPrefix = "pin:"
+    /// Prefix of what Strata's own modules keep in the store for themselves, apart from the
+    /// app's properties (`p:`): a migrator's applied steps, a sync client's associations.
+    static let libraryPrefix = "lib:"
 }
 
 extension ReadableTransaction {

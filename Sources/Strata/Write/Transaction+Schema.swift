@@ -3,9 +3,12 @@ extension Transaction {
     /// as `schemaChange` operations that leave them as pending as they were; the log replays
     /// across the change.
     ///
-    /// - Throws: ``StrataError`` `invalidSchema` (the name exists; a non-nullable field without a
-    ///   default on a table that has rows; a default of another type), `invalidOperation` (a
-    ///   property bag, which takes any field without declaring it).
+    /// Adding a field the table already has with this very definition does nothing, so a
+    /// migration step may run it again; a field of that name with another definition is an error.
+    ///
+    /// - Throws: ``StrataError`` `invalidSchema` (the name exists with another definition; a
+    ///   non-nullable field without a default on a table that has rows; a default of another
+    ///   type), `invalidOperation` (a property bag, which takes any field without declaring it).
     /// - Complexity: O(n log n) for the n rows of the table when the field has a default.
     public func addField(_ field: FieldDefinition, to table: String) throws(StrataError) {
         try strataErrors {
@@ -14,6 +17,10 @@ extension Transaction {
                 throw StrataError(.invalidOperation, "table '\(table)' is a property bag: it takes any field without declaring it")
             }
             var schema = t.schema
+            if let existing = schema.fields.first(where: { $0.name.utf8.elementsEqual(field.name.utf8) }) {
+                if existing == field { return }
+                throw StrataError(.invalidSchema, "table '\(table)' already has a field '\(field.name)', defined as \(SchemaChange.describe(existing)) where \(SchemaChange.describe(field)) was asked for; a field's definition cannot change in place: add a field under a new name and copy the values")
+            }
             // Another Unicode form of a field's name is refused by `validate()`, saying so.
             guard t.fieldID(field.name) == nil else {
                 throw StrataError(.invalidSchema, "table '\(table)' already has a field '\(field.name)'")

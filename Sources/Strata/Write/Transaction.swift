@@ -136,7 +136,9 @@ public final class Transaction {
 
     /// Creates a table, or does nothing when an identical one exists.
     ///
-    /// - Throws: ``StrataError`` `invalidSchema` or `tableExists`.
+    /// - Throws: ``StrataError`` `invalidSchema`, or `tableExists` when a table of that name
+    ///   exists with another definition: the message says what differs and how to change the
+    ///   table (``addField(_:to:)``, ``dropField(_:from:)``, run once per store by a ``Migrator``).
     public func createTable(_ schema: TableSchema) throws(StrataError) {
         try schema.validate()
         let catalog = try self.catalog
@@ -146,7 +148,7 @@ public final class Transaction {
                 throw StrataError(.tableExists, "table '\(schema.name)' (\(schema.name.codePoints)) cannot be created: the table '\(existing.name)' (\(existing.name.codePoints)) differs from it only in Unicode form; Strata compares table names by their bytes, and a store holds one of two such names")
             }
             guard existing.isIdentical(to: schema) else {
-                throw StrataError(.tableExists, "table '\(schema.name)' exists with a different definition")
+                throw StrataError(.tableExists, "table '\(schema.name)' exists with a different definition: \(SchemaChange.advice(from: existing, to: schema))")
             }
             return
         }
@@ -631,6 +633,8 @@ public final class Transaction {
         opBuf.bytes[flagsAt] = flags.rawValue | bits
         // Sealed once, with the LSN it is appended under: the checksum covers the key too.
         RecordChecksum.seal(&opBuf, lsn: lsn)
+        // Worked out before the views change, while `old` still shows the stored row.
+        let valuesChanged = changes == nil ? true : try changesCurrentValues(entriesStart, old)
 
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
             let header = try OperationHeader(op)
@@ -653,7 +657,9 @@ public final class Transaction {
             try txn.setMeta(MetaKey.lastTxn, lsn, in: views)
         }
         if store.options.checkInvariants { touched.insert(keyBuf.bytes) }
-        if changes != nil { try recordChange(t, origin: origin, wasVisible: oldFlags.map { !$0.contains(.deleted) } ?? false, flags: flags) }
+        if changes != nil {
+            try recordChange(t, origin: origin, wasVisible: oldFlags.map { !$0.contains(.deleted) } ?? false, flags: flags, valuesChanged: valuesChanged)
+        }
         nextLSN += 1
     }
 
@@ -704,8 +710,36 @@ public final class Transaction {
         return try txn.reader.goneLSN(keyBuf.bytes, views: views)
     }
 
+    /// Whether the operation in `opBuf` (its field entries from `entriesStart`) gives a field of
+    /// the row `old` another current value, rather than moving only originals or flags (an
+    /// acknowledgement, a server value equal to the local one).
+    private func changesCurrentValues(_ entriesStart: Int, _ old: StoredRow?) throws(StrataError) -> Bool {
+        guard let old else { return true }
+        var stored: [(id: Int, current: Range<Int>)] = []
+        var r = old.entries
+        while let e = try r.nextEntry() { stored.append((e.id, e.current)) }
+        return try opBuf.withUnsafeBytes { (op) throws(StrataError) -> Bool in
+            var o = ByteReader(op, offset: entriesStart)
+            while let e = try o.nextEntry() {
+                let new = UnsafeRawBufferPointer(rebasing: op[e.current])
+                // A row's entries are in field id order.
+                var (low, high) = (0, stored.count)
+                while low < high {
+                    let mid = (low + high) / 2
+                    if stored[mid].id < e.id { low = mid + 1 } else { high = mid }
+                }
+                if low < stored.count, stored[low].id == e.id {
+                    if !old[stored[low].current].elementsEqual(new) { return true }
+                } else if new.count != 1 || new[0] != ValueTag.null {
+                    return true  // a field the row did not hold now holds a value
+                }
+            }
+            return false
+        }
+    }
+
     /// Notes the change of the row at `keyBuf` for observers.
-    private func recordChange(_ t: TableInfo, origin: LogEntry.Origin, wasVisible: Bool, flags: RowFlags) throws(StrataError) {
+    private func recordChange(_ t: TableInfo, origin: LogEntry.Origin, wasVisible: Bool, flags: RowFlags, valuesChanged: Bool) throws(StrataError) {
         let isVisible = !flags.contains(.gone) && !flags.contains(.deleted)
         let kind: RowChangeEvent.Kind
         switch (wasVisible, isVisible) {
@@ -715,7 +749,7 @@ public final class Transaction {
         case (false, false): return  // a change to a row the app cannot see (a pending delete's originals)
         }
         let key = try keyBuf.withUnsafeBytes { (k) throws(StrataError) in try t.decodeKey(k) }
-        changes!.append(RowChangeEvent(table: t.name, key: key, kind: kind, origin: origin))
+        changes!.append(RowChangeEvent(table: t.name, key: key, kind: kind, origin: origin, valuesChanged: kind != .updated || valuesChanged))
     }
 
     /// What this transaction changed, for observers; `nil` when nobody observes or nothing changed.

@@ -133,7 +133,7 @@ extension SyncClient {
     public func forEachPendingChange(_ body: (RowChange) throws -> Void) throws {
         try store.read { snap in
             let rejected = Set(try Self.rejected(snap).map { Self.rowID($0.table, $0.key) })
-            let order = try BatchingRules.tableOrder(snap.tables.map(\.name), associations)
+            let order = try BatchingRules.tableOrder(snap.tables.map(\.name), associations(snap))
             for (tables, deletes) in [(order, false), (order.reversed(), true)] {
                 for table in tables {
                     try snap.forEachPendingRow(table) { row in
@@ -157,7 +157,7 @@ extension SyncClient {
             guard !rejected.contains(id), !excluding.contains(id), let c = BatchingRules.change(for: row) else { continue }
             changes.append(c)
         }
-        return BatchingRules.order(changes, tableOrder: try BatchingRules.tableOrder(snap.tables.map(\.name), associations))
+        return BatchingRules.order(changes, tableOrder: try BatchingRules.tableOrder(snap.tables.map(\.name), associations(snap)))
     }
 
     /// The batch in flight and whether it was handed to the transport (``BatchState/sent``) or
@@ -357,6 +357,7 @@ extension SyncClient {
                 // Parent table → client key → server key, for the rows this ack has rekeyed so far
                 // (parents come first in a batch: see `AckRules.followingKeys`).
                 var rekeyed: [String: [Value: Value]] = [:]
+                let associations = try self.associations(tx.snapshot)
                 for (sent, result) in zip(batch.changes, results) {
                     let change = AckRules.followingKeys(sent, rekeyed: rekeyed, associations: associations)
                     let local = try tx.row(change.table, key: change.key, includingDeleted: true).map(RowState.init)
@@ -512,7 +513,7 @@ extension SyncClient {
         guard change.key.values.count == 1, newKey.values.count == 1 else { return }
         let old = change.key.values[0]
         let new = newKey.values[0]
-        for a in associations where a.parent == change.table {
+        for a in try associations(tx.snapshot) where a.parent == change.table {
             for row in try tx.snapshot.rows(a.child, includingDeleted: true) where row[a.field] == old || row.original(a.field) == old {
                 let s = AckRules.followingParent(try Self.state(of: row, tx.snapshot), field: a.field, from: old, to: new)
                 try tx.setRowState(a.child, key: row.key, s, kind: .acknowledge, origin: .server, annotation: note)
