@@ -261,7 +261,11 @@ extension Database {
             switch change.kind {
             case .insert:
                 guard !live else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
-                var fields: [String: Value] = [:]
+                // A property bag's row inserted over a deleted one lists the old row's fields as
+                // null (kept by the delete): a client that never saw the delete gets the two as
+                // one upsert, where a field left out means "unchanged", and would keep the old
+                // row's values (EndToEndTests trial seed 14939751394073512899).
+                var fields: [String: Value] = table.isPropertyBag ? row.fields.mapValues { _ in .null } : [:]
                 for f in table.fields where !table.isKeyField(f.name) { fields[f.name] = f.default }
                 fields.merge(nonKey) { $1 }
                 row = Stored(fields: fields.filter { table.isPropertyBag || !$0.value.isNull }, deleted: false, exists: row.exists)
@@ -278,7 +282,8 @@ extension Database {
                 let unnamedAreNull = row.fields.allSatisfy { f, v in change.originals[bytes: f] != nil || v.isNull }
                 guard matches(change.originals), unnamedAreNull else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
                 row.deleted = true
-                row.fields = [:]
+                // A property bag keeps the names as null, for an insert over the tombstone (above).
+                row.fields = table.isPropertyBag ? row.fields.mapValues { _ in .null } : [:]
             }
             rows[id] = row
             written[id] = results.count

@@ -285,6 +285,41 @@ struct ProtocolTests {
         #expect(ids == (1...3).map { "\(store.clientID)-\($0)" })
     }
 
+    /// A property-bag row deleted and inserted again on the server reaches a store that missed
+    /// the delete as one upsert, where a field left out means "unchanged": the old row's fields
+    /// must come as null, or the store keeps them, and its later delete of the row, naming them,
+    /// is a conflict forever. Found by `EndToEndTests` (trial seed 14939751394073512899 of
+    /// `fiveStoresConvergeThroughTheServer`: the clients never settled).
+    @Test func aPropertyBagRowInsertedAgainLeavesNoFieldOfTheOldRow() async throws {
+        let db = try TestDatabase()
+        let server = try ServerProcess(db)
+        defer { withExtendedLifetime((db, server)) {} }   // see `ServerProcess`
+        let (a, pathA) = try makeStore()
+        let (b, pathB) = try makeStore()
+        defer { for p in [pathA, pathB] { try? FileManager.default.removeItem(atPath: p) } }
+        let (sa, sb) = (SyncClient(store: a), SyncClient(store: b))
+        let ta = HTTPSyncTransport(server: server.url, token: try db.token(for: a.clientID))
+        let tb = HTTPSyncTransport(server: server.url, token: try db.token(for: b.clientID))
+        try await a.write { try $0.insert("settings", ["name": "k", "v": 1, "w": "old"]) }
+        _ = try await sa.sync(with: ta)
+        _ = try await sb.sync(with: tb)
+        #expect(try await b.read { try $0.row("settings", key: "k") }?["w"] == "old")
+        try await a.write { try $0.delete("settings", key: "k") }
+        _ = try await sa.sync(with: ta)
+        try await a.write { try $0.insert("settings", ["name": "k", "v": 2]) }
+        _ = try await sa.sync(with: ta)
+        _ = try await sb.sync(with: tb)
+        let row = try await b.read { try $0.row("settings", key: "k") }
+        #expect(row?["v"] == 2)
+        #expect(row?["w"] == .null)
+        #expect(try storeRows(b) == (try storeRows(a)))
+        // And b's delete of the row, naming what it holds, goes through.
+        try await b.write { try $0.delete("settings", key: "k") }
+        _ = try await sb.sync(with: tb)
+        #expect(try await b.read { try $0.pendingRows() }.isEmpty)
+        #expect(try await serverRows(server.url, token: try db.token(for: "observer")) == (try storeRows(b)))
+    }
+
     @Test func concurrencyIsCheckedPerField() async throws {
         let db = try TestDatabase()
         let server = try ServerProcess(db)
