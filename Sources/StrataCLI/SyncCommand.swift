@@ -168,7 +168,7 @@ struct CreateCommand: ParsableCommand {
                         : .fixed(t.name, primaryKey: t.primaryKey, fields: fields))
                 }
                 let associations = file.associations ?? []
-                try s.write { tx in try tx.setProperty(StoredAssociations.property, StoredAssociations.value(associations)) }
+                try s.write { tx in try tx.setStrataProperty(StoredAssociations.property, StoredAssociations.value(associations)) }
                 clientID = s.clientID
             } catch {
                 try? FileManager.default.removeItem(atPath: scratch)
