@@ -308,8 +308,6 @@ package enum AckRules {
     ///   (`InterleavedMergeTests.aSentValueAMergeKeptIsNotPutBackOverALaterOne`). It is settled
     ///   as if the acknowledgement had come before the merge: the sent value confirmed, its
     ///   conflict mark gone.
-    ///
-    /// Found by `ManualStepConvergenceTests` (no value lost, none put back over a later one).
     static func unseenSent(_ change: RowChange, local: RowState?, editedSince: Set<String>) -> RowState? {
         guard change.kind == .update, let local, !local.isDeleted, !local.isInserted else { return nil }
         var state = local
@@ -348,8 +346,7 @@ package enum AckRules {
     ///   held the row's originals. Either the delta was pulled before the push, or after it,
     ///   when another writer had set the sent fields back. Taking the `ok` alone marked the sent
     ///   values as the server's for good, where the server held the other writer's later values
-    ///   (`InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`, found by
-    ///   `ManualStepConvergenceTests`).
+    ///   (`InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`).
     static func awaitsSnapshot(_ change: RowChange, snapshotSinceFreeze: Bool, listedSinceFreeze: Bool, rowMergedSinceFreeze: Bool) -> Bool {
         change.kind != .delete && !rowMergedSinceFreeze && (snapshotSinceFreeze || listedSinceFreeze)
     }
@@ -413,12 +410,12 @@ package enum AckRules {
     /// under the same key (two clients each uploading again a row the server deleted), which the
     /// server then deleted, with the push after that: the server created the row from the batch
     /// after every merge here. Read as the server's delete, the app's delete never went up and
-    /// the server kept the row (found by `ManualStepConvergenceTests`, trial seed
-    /// 11589300365223785464). When the push came first, the server no longer has the row: it
-    /// answers the delete `ok`, but until the delete goes up, an insert the app makes under the
-    /// key again is an update of a row the server lacks, answered `conflict` with nothing in
-    /// the next delta to settle it. So the acknowledgement also clears the anchor, and the next
-    /// pull, a snapshot, shows whether the server has the row.
+    /// the server kept the row (`EchoBeforeAckTests.aDeleteAfterAnotherWritersRowWasMergedAndDeletedGoesUp`).
+    /// When the push came first, the server no longer has the row: it answers the delete `ok`,
+    /// but until the delete goes up, an insert the app makes under the key again is an update
+    /// of a row the server lacks, answered `conflict` with nothing in the next delta to settle
+    /// it. So the acknowledgement also clears the anchor, and the next pull, a snapshot, shows
+    /// whether the server has the row.
     static func echoed(
         _ change: RowChange, before: RowChange, now: RowState?, editedSince: Set<String>, deletedSince: Bool, serverValues: [String: Value],
         meet: (_ acked: RowState, _ merged: RowState?) throws -> MergeOutcome?

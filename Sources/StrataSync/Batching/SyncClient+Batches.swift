@@ -313,29 +313,35 @@ extension SyncClient {
     @discardableResult
     public func acknowledge(_ ack: BatchAck) throws(StrataError) -> AckReport {
         return try strataErrors {
-            try store.write { tx in
-                guard let record = try Self.inFlightRecord(tx), record.batch.id == ack.batchID else {
-                    if try tx.property(Self.lastAckProperty)?.stringValue == ack.batchID {
-                        return AckReport(duplicate: true)
-                    }
-                    let current = try Self.inFlight(tx)?.id
-                    throw StrataError(.invalidOperation, "the acknowledgement is for batch '\(ack.batchID)' but \(current.map { "'\($0)'" } ?? "no batch") is in flight")
-                }
-                let results = try Self.match(ack, to: record.batch)
-                let notes = AckNotes(record)
-                var run = AckRun(rejected: try Self.rejected(tx))
-                for (sent, result) in zip(record.batch.changes, results) {
-                    let change = AckRules.followingKeys(sent, rekeyed: run.rekeyed, associations: associations)
-                    let facts = try ackFacts(change, notes, rekeyed: run.rekeyed, tx: tx)
-                    try apply(try AckRules.decide(change, result, facts), to: change, notes, &run, tx: tx)
-                }
-                try Self.saveRejected(run.rejected, tx)
-                try Self.dropInFlight(tx)
-                if run.report.anchorCleared { try tx.setStrataProperty(Self.anchorProperty, nil) }
-                try tx.setStrataProperty(Self.lastAckProperty, .string(record.batch.id))
-                return run.report
-            }
+            try store.write { tx in try acknowledge(ack, tx) }
         }
+    }
+
+    /// The dispatcher: each row's ``AckDecision`` (`AckRules.decide`), applied in the batch's
+    /// order, then the batch is over.
+    private func acknowledge(_ ack: BatchAck, _ tx: Transaction) throws -> AckReport {
+        guard let record = try Self.inFlightRecord(tx), record.batch.id == ack.batchID else { return try Self.repeated(ack, tx) }
+        let results = try Self.match(ack, to: record.batch)
+        let notes = AckNotes(record)
+        var run = AckRun(rejected: try Self.rejected(tx))
+        for (sent, result) in zip(record.batch.changes, results) {
+            let change = AckRules.followingKeys(sent, rekeyed: run.rekeyed, associations: associations)
+            let facts = try ackFacts(change, notes, rekeyed: run.rekeyed, tx: tx)
+            try apply(try AckRules.decide(change, result, facts), to: change, notes, &run, tx: tx)
+        }
+        try Self.saveRejected(run.rejected, tx)
+        try Self.dropInFlight(tx)
+        if run.report.anchorCleared { try tx.setStrataProperty(Self.anchorProperty, nil) }
+        try tx.setStrataProperty(Self.lastAckProperty, .string(record.batch.id))
+        return run.report
+    }
+
+    /// An ack for a batch that is not in flight: a repeat of the last one applied, ignored, or
+    /// a mistake.
+    private static func repeated(_ ack: BatchAck, _ tx: Transaction) throws -> AckReport {
+        if try tx.property(lastAckProperty)?.stringValue == ack.batchID { return AckReport(duplicate: true) }
+        let current = try inFlight(tx)?.id
+        throw StrataError(.invalidOperation, "the acknowledgement is for batch '\(ack.batchID)' but \(current.map { "'\($0)'" } ?? "no batch") is in flight")
     }
 
     /// What an acknowledgement has done so far.
@@ -537,7 +543,7 @@ extension SyncClient {
     /// and a merge that then restores the row (server wins) shows no change in those fields. Taken
     /// for an edit, or skipped so that an edit made before the delete stayed the field's last
     /// word, the restored base went up over the value sent
-    /// (`InterleavedMergeTests`, the delete before a restoring merge).
+    /// (`InterleavedMergeTests.aFieldAMergeSetToTheBaseIsNotTakenForAnEdit`).
     static func fieldsEditedSinceFreeze(_ change: RowChange, after lsn: UInt64, _ tx: Transaction) throws -> Set<String> {
         var current = change.values
         var edited: Set<String> = []
