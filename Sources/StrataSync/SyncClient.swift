@@ -136,7 +136,8 @@ public final class SyncClient: Sendable {
             // deletes it must meet (`AckRules.remembersDelete`), what the device held where a
             // server row comes back under an insert's key (`AckRules.notesEcho`), the rows of
             // the batch the delta upserts and whether it was a snapshot (`AckRules.awaitsSnapshot`).
-            let changes = try Self.inFlight(tx)?.changes ?? []
+            let inFlight = try Self.inFlightRecord(tx)
+            let changes = inFlight?.batch.changes ?? []
             let inserts = changes.filter { $0.kind == .insert }
             let notes = InFlightNotes(
                 inserting: Set(inserts.map(\.table)),
@@ -151,16 +152,17 @@ public final class SyncClient: Sendable {
             }
             report.refusedRows = refused.sorted { ($0.key.table, $0.key.upsert) < ($1.key.table, $1.key.upsert) }.map(\.value)
             try Self.updateRefusedServerRows(after: delta, refused: report.refusedRows, tx)
-            try Self.note(notes.deletes, in: Self.serverDeletesProperty, tx)
-            try Self.note(notes.echoes, in: Self.echoesProperty, tx)
-            try Self.note(notes.listed, in: Self.listedProperty, tx)
-            if delta.mode == .snapshot, changes.contains(where: { $0.kind != .delete }) {
-                try tx.setProperty(Self.snapshotMergedProperty, .bool(true))
+            if var record = inFlight {
+                record.note(notes.deletes, in: \.serverDeletes)
+                record.note(notes.echoes, in: \.echoes)
+                record.note(notes.listed, in: \.listed)
+                if delta.mode == .snapshot, changes.contains(where: { $0.kind != .delete }) { record.snapshotMerged = true }
+                if record != inFlight { try Self.saveInFlight(record, tx) }
             }
             try Self.dropSettledRejected(in: Set(delta.tables.map(\.table)), tx)
             switch end {
             case .anchor:
-                try tx.setProperty(Self.anchorProperty, .string(delta.anchor))
+                try tx.setStrataProperty(Self.anchorProperty, .string(delta.anchor))
                 try Self.savePullCursor(nil, tx)
             case .resumeAt(let cursor):
                 try Self.savePullCursor(cursor, tx)

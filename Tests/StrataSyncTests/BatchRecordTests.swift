@@ -77,7 +77,8 @@ import Testing
         let batch = Batch(id: "c-1", clientID: "c", number: 1, changes: (0..<3).map { _ in Self.randomChange(&g) })
         let record = BatchRecord.encode(batch)
         var damaged: [[UInt8]] = (0..<record.count).map { Array(record.prefix($0)) }
-        damaged.append([2] + record.dropFirst())
+        // A version no Strata writes yet.
+        damaged.append([3] + record.dropFirst())
         damaged.append(record + [0])
         damaged.append(Array("{\"id\":".utf8))
         for bytes in damaged {
@@ -95,7 +96,7 @@ import Testing
             }
             let sync = SyncClient(store: store)
             let batch = try #require(try sync.nextBatch())
-            try store.write { try $0.setProperty(SyncClient.inFlightProperty, .bytes(Array(try WireFormat.encode(batch)))) }
+            try store.write { try $0.setStrataProperty(SyncClient.inFlightProperty, .bytes(Array(try WireFormat.encode(batch)))) }
             try store.write { try $0.insert("tasks", ["id": 4, "title": "later"]) }
             #expect(try sync.nextBatch() == batch)
             try sync.acknowledge(BatchAck(batchID: batch.id, results: batch.changes.map { .ok($0.table, $0.key) }))

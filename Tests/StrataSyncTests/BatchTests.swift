@@ -1,6 +1,6 @@
 import Foundation
 import Strata
-import StrataSync
+@testable import StrataSync
 import StrataTesting
 import Synchronization
 import StrataWorkload
@@ -113,8 +113,9 @@ func clientRows(_ store: Store, _ table: String) throws -> [String] {
 }
 
 @Suite struct LifecycleTests {
-    /// The batch state is stored as the strings every version wrote ("pending", "sent"), so a
-    /// store with a batch in flight from an older version reads; anything else is damage.
+    /// The batch state is kept in the in-flight record; a store with a batch in flight from a
+    /// version before the record kept it as the strings "pending" and "sent" in a property of
+    /// its own, which still reads; anything else there is damage.
     @Test func theInFlightBatchStateReadsAsStoredByEveryVersion() throws {
         try withTemporaryFolder { path in
             let store = try Store(path: path)
@@ -123,19 +124,19 @@ func clientRows(_ store: Store, _ table: String) throws -> [String] {
             try store.write { try $0.insert("tasks", ["id": 1, "title": "a"]) }
             let sync = SyncClient(store: store)
             let batch = try #require(try sync.nextBatch())
-            let stateProperty = "strata.sync.batch.state"
-            #expect(try store.read { try $0.property(stateProperty) } == "pending")
             #expect(try sync.inFlightBatch()?.state == .pending)
             try sync.markSent(batch)
-            #expect(try store.read { try $0.property(stateProperty) } == "sent")
             #expect(try sync.inFlightBatch()?.state == .sent)
-            // As an older version left it: the strings, or no state at all (read as pending).
-            try store.write { try $0.setProperty(stateProperty, "pending") }
-            #expect(try sync.inFlightBatch()?.batch == batch && sync.inFlightBatch()?.state == .pending)
-            try store.write { try $0.setProperty(stateProperty, nil) }
+            // As an older version left it: the batch alone in its record, the state as a
+            // string beside it, or no state at all (read as pending).
+            let stateProperty = SyncClient.LegacyInFlight.state
+            try store.write { try $0.setStrataProperty(SyncClient.inFlightProperty, .bytes(BatchRecord.encode(batch))) }
+            try store.write { try $0.setStrataProperty(stateProperty, "sent") }
+            #expect(try sync.inFlightBatch()?.batch == batch && sync.inFlightBatch()?.state == .sent)
+            try store.write { try $0.setStrataProperty(stateProperty, nil) }
             #expect(try sync.inFlightBatch()?.state == .pending)
             // A state no version writes is reported, not taken for one.
-            try store.write { try $0.setProperty(stateProperty, "lost") }
+            try store.write { try $0.setStrataProperty(stateProperty, "lost") }
             let e = #expect(throws: StrataError.self) { try sync.inFlightBatch() }
             #expect(e?.code == .corruptRecord && e?.message.contains("lost") == true, "\(String(describing: e))")
         }

@@ -60,7 +60,7 @@ import Testing
             }
             #expect(try sync.inFlightBatch() == nil, "\(label): the batch is still in flight")
             // The note of the server's delete ends with the batch.
-            #expect(try await store.read { try $0.property("strata.sync.batch.serverDeletes") } == nil, "\(label)")
+            #expect(try await store.read { try SyncClient.inFlightRecord($0) } == nil, "\(label)")
             if serverKey != nil {
                 #expect(try await store.read { try $0.row("priorities", key: RowKey(.int(clientKey)), includingDeleted: true) } == nil, "\(label)")
             }

@@ -51,18 +51,8 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
         let only = ProcessInfo.processInfo.environment["STRATA_TRIAL_SEED"].flatMap(UInt64.init)
         for trial in 0..<(only == nil ? trials : 1) {
             let trialSeed = only ?? g.next()
-            let sim = try StepSimulation(seed: trialSeed, clients: 3)
+            let sim = try await Self.trial(trialSeed, "seed \(seed), trial \(trial) (trial seed \(trialSeed))")
             defer { sim.removeFolders() }
-            let label = "seed \(seed), trial \(trial) (trial seed \(trialSeed))"
-            // Half the trials start with a pull by every client, before anything is in flight;
-            // in the others a client's first pull, a snapshot, may come while a batch is in
-            // flight (`AckRules.awaitsSnapshot`).
-            if trialSeed % 2 == 0 {
-                for c in sim.clients { try await sim.pullAndMerge(c) }
-            }
-            for _ in 0..<150 { try await sim.step() }
-            try await sim.quiesce()
-            try await sim.check(label)
             steps += sim.trace.count
             again += sim.trace.count { $0.contains("(key used again)") }
             cleared += sim.trace.count { $0.contains("(anchor cleared)") }
@@ -72,6 +62,38 @@ let stepLink = Association(child: "schildren", field: "parent", parent: "sparent
             ran += 1
         }
         print("clientsRunningTheStepsThemselvesConverge: \(ran) trials, \(steps) steps, \(again) inserts under a key used again, \(cleared) acknowledgements that cleared the anchor, \(refreshes) snapshots pulled at random, \(setBacks) server fields set back to an earlier value, \(allowedPutBack) values put back as the rules allow")
+    }
+
+    /// One trial: 150 random steps, then everyone settles and `check` runs. The caller removes
+    /// the simulation's folders.
+    static func trial(_ trialSeed: UInt64, _ label: String) async throws -> StepSimulation {
+        let sim = try StepSimulation(seed: trialSeed, clients: 3)
+        do {
+            // Half the trials start with a pull by every client, before anything is in flight;
+            // in the others a client's first pull, a snapshot, may come while a batch is in
+            // flight (`AckRules.awaitsSnapshot`).
+            if trialSeed % 2 == 0 {
+                for c in sim.clients { try await sim.pullAndMerge(c) }
+            }
+            for _ in 0..<150 { try await sim.step() }
+            try await sim.quiesce()
+            try await sim.check(label)
+        } catch {
+            sim.removeFolders()
+            throw error
+        }
+        return sim
+    }
+
+    /// The trial seeds that found a loss in the acknowledgement rules, each fixed since (the
+    /// tests and commits that fixed them tell the stories), replayed on every run.
+    @Test(arguments: [
+        4806652833793780520, 7330045786470116942, 9038748513289842278, 10576372173991561622,
+        11076572709239798403, 11589300365223785464, 18323979053735142098,
+    ] as [UInt64])
+    func trialSeedsThatFoundALossStillConverge(_ trialSeed: UInt64) async throws {
+        let sim = try await Self.trial(trialSeed, "trial seed \(trialSeed)")
+        sim.removeFolders()
     }
 }
 

@@ -30,7 +30,7 @@ import Testing
             // counts versions, and refuses an anchor it never handed out ("v42", the sample's).
             let server = InMemorySyncServer()
             server.write("tasks", key: 7, ["title": "Buy soy milk", "priority": 0, "done": false, "notes": nil])
-            try await store.write { tx in try tx.setProperty(SyncClient.anchorProperty, "1") }
+            try await store.write { tx in try tx.setStrataProperty(SyncClient.anchorProperty, "1") }
             // --- README upload begins ---
             // Upload by hand: the batch stays "in flight" (stored) until its acknowledgement.
             if let batch = try sync.nextBatch(maxRows: 500) {

@@ -251,8 +251,9 @@ extension Store {
                 guard let carried = info.storeProperties else {
                     throw StrataError(.invalidOperation, "the briefcase '\(path)' carries no store properties (it was written before they were); import it without restoringProperties")
                 }
-                for name in try tx.snapshot.properties().keys where carried[name] == nil { try tx.setProperty(name, nil) }
-                for (name, value) in carried { try tx.setProperty(name, value) }
+                // The store's own state (`strata.` names, reserved for apps) comes back too.
+                for name in try tx.snapshot.properties().keys where carried[name] == nil { try tx.setStrataProperty(name, nil) }
+                for (name, value) in carried { try tx.setStrataProperty(name, value) }
             }
         }
     }

@@ -7,8 +7,25 @@ extension Transaction {
     ///
     /// Properties are metadata, not rows: they are not logged and not part of the views.
     ///
-    /// - Throws: ``StrataError`` `invalidValue` for a NaN or infinite double or timestamp.
+    /// Names starting with `strata.` are reserved for Strata's own modules (the sync anchor,
+    /// the batch in flight, the CLI's associations): read them, but do not write them.
+    ///
+    /// - Throws: ``StrataError`` `invalidOperation` for a name starting with `strata.`;
+    ///   `invalidValue` for a NaN or infinite double or timestamp. Nothing is written then.
     public func setProperty(_ name: String, _ value: Value?) throws(StrataError) {
+        guard !name.hasPrefix(Self.reservedPropertyPrefix) else {
+            throw StrataError(.invalidOperation, "property '\(name)' cannot be set: names starting with '\(Self.reservedPropertyPrefix)' are reserved for Strata's own state (the sync anchor, the batch in flight); use a name of the app's own, such as 'app.\(name.dropFirst(Self.reservedPropertyPrefix.count))'")
+        }
+        try setStrataProperty(name, value)
+    }
+
+    /// The prefix of the property names that only Strata's own modules write.
+    package static let reservedPropertyPrefix = "strata."
+
+    /// Sets a property whatever its name, `strata.` names included: the entry point through
+    /// which Strata's own modules (and a briefcase import restoring a store's properties) write
+    /// their state. Same checks as ``setProperty(_:_:)`` otherwise.
+    package func setStrataProperty(_ name: String, _ value: Value?) throws(StrataError) {
         if let value, case .double(let d) = value, !d.isFinite {
             throw StrataError(.invalidValue, "property '\(name)' cannot hold \(d): Strata stores only finite numbers and times")
         }

@@ -1,44 +1,131 @@
 import Foundation
 import Strata
 
-/// What an acknowledgement does to a row, given the change that was sent and the row as it is
-/// now — which may have been edited again while the batch was in flight.
-///
-/// - **ok**: the server holds the sent values, so they become the originals; an edit made after
-///   the batch was frozen stays pending against them. An insert becomes a server row (or, if the
-///   row was deleted meanwhile, a pending delete of it); an acknowledged delete removes the row
-///   (or, if the row was inserted again meanwhile, leaves it as a pending insert). Values the
-///   server assigned become the originals too, and the currents where the app has not changed the
-///   field since.
-/// - **rollback** (an update refused with that action): the fields the update sent return to
-///   their originals (the server's values, when the result gives them); an edit made after the
-///   batch was frozen — to those fields, to others, or a delete — stays pending.
-/// - **keys replaced in the same batch**: a server that gives a new row its own key stores the
-///   children of that row in the same batch with the new key, so a child's sent values are read
-///   through the keys the acknowledgement has replaced before it (``followingKeys``).
-/// - **children of a row the server gave a new key**: `rekey` rewrites every row whose field of
-///   a declared association names the client key; only that field changes, and a conflict the
-///   child holds stays (``followingParent``).
-/// - **a server key a merge already brought** (an app that merges between `nextBatch()` and
-///   `acknowledge(_:)`): the row under the client key, acknowledged, meets the server's row that
-///   the merge stored under the server key, by the merge rules (``ontoMerged``).
-/// - **a row the server deleted since it applied the batch** (the same apps): the merge of that
-///   delete changes nothing here, so it is noted (``remembersDelete``), and the accepted insert
-///   meets it by the merge rules as a server delete (``ontoMerged`` with no merged row).
-/// - **the row the server created from the batch under the client's key, merged back before the
-///   acknowledgement** (the same apps): the merge could not tell it from another writer's row and
-///   had no base for it, so it notes what the device held (``notesEcho``); the accepted insert,
-///   acknowledged as from that, meets the merged row by the merge rules (``echoed``).
-/// - **a row of the batch that a merge before the acknowledgement changed**: that delta may be
-///   newer than the acknowledgement, so the `ok` is skipped and the merged row stands
-///   (`AckReport.superseded`), except for sent fields the merge did not show or showed with a
-///   value the device kept, which are acknowledged, with the anchor cleared so that the next
-///   pull is a full snapshot (``unseenSent``).
-/// - **a row of the batch that a snapshot merged before the acknowledgement left out, or that a
-///   delta upserted without changing it** (the same apps): the device cannot tell whether the
-///   delta came before or after the server applied the batch, so the acknowledgement clears the
-///   anchor and the next pull is a full snapshot (``awaitsSnapshot``).
+/// What the acknowledgement does with one row of the batch: ``AckRules/decide(_:_:_:)`` returns
+/// one per row, and `SyncClient.acknowledge` applies them in the batch's order (docs/sync.md,
+/// "Acknowledgement decisions", lists the same cases).
+enum AckDecision {
+    /// Accepted: the row takes `state` (``AckRules/ok(_:local:serverValues:)``; `nil` removes it).
+    case settle(RowState?, clearsAnchor: Bool)
+    /// Accepted: the row takes what the merge rules made of the acknowledged row and the one
+    /// merges left (``AckRules/ontoMerged(_:merged:table:key:localTimestamp:policy:)``,
+    /// ``AckRules/echoed(_:before:now:editedSince:deletedSince:serverValues:meet:)``), audited
+    /// as a merge.
+    case settleMerged(MergeOutcome, clearsAnchor: Bool)
+    /// Accepted: the row a merge left already is what acknowledging gives; nothing is written.
+    case standsAsMerged(clearsAnchor: Bool)
+    /// Accepted insert that the server stored under `newKey`: the row moves there, its children
+    /// follow (``AckRules/followingParent(_:field:from:to:)``), and a row a merge brought there
+    /// (or a server delete noted there: `deletedSince`) meets it by the merge rules.
+    case rekey(to: RowKey, state: RowState?, deletedSince: Bool, clearsAnchor: Bool)
+    /// Accepted, but a merge since the freeze changed the row: the merged row stands, but for the
+    /// sent fields the merges did not show or showed with a value the device kept (`adopting`,
+    /// ``AckRules/unseenSent(_:local:editedSince:)``), which then also clear the anchor.
+    case supersede(adopting: RowState?)
+    /// `conflict`: nothing changes; the row is pulled, merged and sent again.
+    case conflict
+    /// `retry` or `recreate`: nothing changes; the row goes up in the next batch.
+    case retry
+    /// `drop` (an insert): the row is removed, logged as a rejected upload.
+    case drop(reason: String)
+    /// `rollback` (an update): the row takes `state` (``AckRules/rollback(_:local:serverValues:)``).
+    case rollback(RowState?, reason: String)
+    /// `setAside`: the row is listed in `rejectedRows()` and left out of uploads.
+    case setAside(reason: String)
+}
+
+/// What the store says about one row of the batch, for ``AckRules/decide(_:_:_:)``. The reads
+/// of the row's history are closures, made only when a rule needs them.
+struct AckFacts {
+    /// The row under the key the change names, as it is now.
+    let local: RowState?
+    /// Whether a merge or reset changed the row under a key (the change's, or the server's new
+    /// one) since the freeze.
+    let mergedSinceFreeze: (RowKey) throws -> Bool
+    /// What a merge noted the device held under the key of this insert (``AckRules/notesEcho(local:carried:)``),
+    /// parents named by the keys this acknowledgement replaced so far.
+    let echo: RowChange?
+    /// The fields the app set since the merge that changed the row, and whether its last
+    /// operation since then is the app's delete (`SyncClient.setSinceMerge`).
+    let setSinceMerge: () throws -> (fields: Set<String>, deleted: Bool)
+    /// The sent fields the app set since the freeze (`SyncClient.fieldsEditedSinceFreeze`).
+    let editedSinceFreeze: () throws -> Set<String>
+    /// Whether a delta merged since the freeze upserted the row.
+    let listed: Bool
+    /// Whether a snapshot was merged since the freeze.
+    let snapshotMerged: Bool
+    /// Whether a merge noted the server's delete of the row under a key (``AckRules/remembersDelete(local:table:inserting:history:)``).
+    let serverDeleted: (RowKey) -> Bool
+    /// Brings the acknowledged row together with the row a merge left under the change's key
+    /// (`nil`: the server deleted it), by ``AckRules/ontoMerged(_:merged:table:key:localTimestamp:policy:)``.
+    let meet: (_ acked: RowState, _ merged: RowState?) throws -> MergeOutcome?
+}
+
+/// The rules by which an acknowledgement settles each row of the batch in flight: ``decide(_:_:_:)``
+/// picks an ``AckDecision``, and the functions below compute the row states it carries.
 package enum AckRules {
+    /// The decision for one row: `change` as sent (parents named by the keys this
+    /// acknowledgement has replaced so far: ``followingKeys(_:rekeyed:associations:)``), the
+    /// server's `result` for it (checked by `SyncClient.match`), and what the store says of it.
+    static func decide(_ change: RowChange, _ result: RowResult, _ facts: AckFacts) throws -> AckDecision {
+        switch result.status {
+        case .ok: return try accepted(change, result, facts)
+        case .conflict: return .conflict
+        case .error: break
+        }
+        // `match` lets no error without a reason through.
+        let e = result.error ?? RowError(reason: "", action: .retry)
+        switch e.action {
+        case .drop: return .drop(reason: e.reason)
+        case .rollback: return .rollback(rollback(change, local: facts.local, serverValues: result.serverValues), reason: e.reason)
+        case .recreate, .retry: return .retry
+        case .setAside: return .setAside(reason: e.reason)
+        }
+    }
+
+    /// An accepted row. A merge since the freeze that changed it may hold a server state newer
+    /// than this acknowledgement, which the sent values must not overwrite: the merged row
+    /// stands (``echoed`` for a row the insert created, merged back; ``unseenSent`` otherwise).
+    /// Else the `ok` applies, under the server's key if it gave one, against a server delete a
+    /// merge noted (``remembersDelete``), clearing the anchor when a merge left the device
+    /// unsure what the server holds (``awaitsSnapshot``).
+    private static func accepted(_ change: RowChange, _ result: RowResult, _ facts: AckFacts) throws -> AckDecision {
+        if try facts.mergedSinceFreeze(change.key) {
+            if let echoed = try echoedDecision(change, result, facts) { return echoed }
+            return .supersede(adopting: unseenSent(change, local: facts.local, editedSince: try facts.editedSinceFreeze()))
+        }
+        let key = result.newKey ?? change.key
+        // Read before the acknowledgement writes the row under its new key.
+        let clears = try (facts.snapshotMerged || facts.listed) && awaitsSnapshot(
+            change, snapshotSinceFreeze: facts.snapshotMerged, listedSinceFreeze: facts.listed,
+            rowMergedSinceFreeze: key != change.key && facts.mergedSinceFreeze(key))
+        let state = ok(change, local: facts.local, serverValues: result.serverValues ?? [:])
+        if key != change.key {
+            return .rekey(to: key, state: state, deletedSince: facts.serverDeleted(key), clearsAnchor: clears)
+        }
+        // Without a merged row, `ontoMerged` always decides: a server delete.
+        if let state, change.kind == .insert, facts.serverDeleted(key), let outcome = try facts.meet(state, nil) {
+            return .settleMerged(outcome, clearsAnchor: clears)
+        }
+        return .settle(state, clearsAnchor: clears)
+    }
+
+    /// An accepted insert, under the key the server kept, whose row a merge brought back while
+    /// the device held the insert or had deleted it (``echoed``); `nil` when that is not the case
+    /// or the row as it is stands.
+    private static func echoedDecision(_ change: RowChange, _ result: RowResult, _ facts: AckFacts) throws -> AckDecision? {
+        guard change.kind == .insert, result.newKey == nil || result.newKey == change.key, let before = facts.echo else { return nil }
+        let since = try facts.setSinceMerge()
+        guard let outcome = try echoed(
+            change, before: before, now: facts.local, editedSince: since.fields, deletedSince: since.deleted,
+            serverValues: result.serverValues ?? [:], meet: facts.meet
+        ) else { return nil }
+        // The delete may be of a row the server no longer has: a snapshot settles it.
+        let clears = facts.local == nil && since.deleted
+        let unchanged = outcome.state == facts.local && outcome.conflict == nil
+        return unchanged ? .standsAsMerged(clearsAnchor: clears) : .settleMerged(outcome, clearsAnchor: clears)
+    }
+
     /// `change` as the server stored it: a field of a declared association that names a parent
     /// this acknowledgement has already moved to a server key (`rekeyed`: parent table → client
     /// key → server key) names the server key instead.
@@ -221,8 +308,6 @@ package enum AckRules {
     ///   (`InterleavedMergeTests.aSentValueAMergeKeptIsNotPutBackOverALaterOne`). It is settled
     ///   as if the acknowledgement had come before the merge: the sent value confirmed, its
     ///   conflict mark gone.
-    ///
-    /// Found by `ManualStepConvergenceTests` (no value lost, none put back over a later one).
     static func unseenSent(_ change: RowChange, local: RowState?, editedSince: Set<String>) -> RowState? {
         guard change.kind == .update, let local, !local.isDeleted, !local.isInserted else { return nil }
         var state = local
@@ -261,8 +346,7 @@ package enum AckRules {
     ///   held the row's originals. Either the delta was pulled before the push, or after it,
     ///   when another writer had set the sent fields back. Taking the `ok` alone marked the sent
     ///   values as the server's for good, where the server held the other writer's later values
-    ///   (`InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`, found by
-    ///   `ManualStepConvergenceTests`).
+    ///   (`InterleavedMergeTests.aLaterChangeBackToTheOriginalsIsNotLost`).
     static func awaitsSnapshot(_ change: RowChange, snapshotSinceFreeze: Bool, listedSinceFreeze: Bool, rowMergedSinceFreeze: Bool) -> Bool {
         change.kind != .delete && !rowMergedSinceFreeze && (snapshotSinceFreeze || listedSinceFreeze)
     }
@@ -326,12 +410,12 @@ package enum AckRules {
     /// under the same key (two clients each uploading again a row the server deleted), which the
     /// server then deleted, with the push after that: the server created the row from the batch
     /// after every merge here. Read as the server's delete, the app's delete never went up and
-    /// the server kept the row (found by `ManualStepConvergenceTests`, trial seed
-    /// 11589300365223785464). When the push came first, the server no longer has the row: it
-    /// answers the delete `ok`, but until the delete goes up, an insert the app makes under the
-    /// key again is an update of a row the server lacks, answered `conflict` with nothing in
-    /// the next delta to settle it. So the acknowledgement also clears the anchor, and the next
-    /// pull, a snapshot, shows whether the server has the row.
+    /// the server kept the row (`EchoBeforeAckTests.aDeleteAfterAnotherWritersRowWasMergedAndDeletedGoesUp`).
+    /// When the push came first, the server no longer has the row: it answers the delete `ok`,
+    /// but until the delete goes up, an insert the app makes under the key again is an update
+    /// of a row the server lacks, answered `conflict` with nothing in the next delta to settle
+    /// it. So the acknowledgement also clears the anchor, and the next pull, a snapshot, shows
+    /// whether the server has the row.
     static func echoed(
         _ change: RowChange, before: RowChange, now: RowState?, editedSince: Set<String>, deletedSince: Bool, serverValues: [String: Value],
         meet: (_ acked: RowState, _ merged: RowState?) throws -> MergeOutcome?

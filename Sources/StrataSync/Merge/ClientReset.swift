@@ -42,7 +42,7 @@ extension SyncClient {
     }
 
     static func saveResetProgress(_ progress: ResetProgress?, _ tx: Transaction) throws {
-        try tx.setProperty(resetProgressProperty, try progress.map { .bytes(Array(try WireFormat.encoder.encode($0))) })
+        try tx.setStrataProperty(resetProgressProperty, try progress.map { .bytes(Array(try WireFormat.encoder.encode($0))) })
     }
 
     // MARK: A snapshot in hand
@@ -78,7 +78,7 @@ extension SyncClient {
                 try Self.sweepReset(tables, keep: keepLocalChanges, report: &report, tx) { named.contains(Self.rowID($0.table, $0.key)) }
                 try Self.dropSettledRejected(in: Set(tables), tx)
                 try Self.updateRefusedServerRows(after: snapshot, refused: report.refusedRows, tx)
-                try tx.setProperty(Self.anchorProperty, .string(snapshot.anchor))
+                try tx.setStrataProperty(Self.anchorProperty, .string(snapshot.anchor))
                 return report
             }
         }
@@ -152,7 +152,7 @@ extension SyncClient {
             try Self.dropRefusedServerRows(of: Set(state.tables), exceptAnchor: page.delta.anchor, tx)
             try Self.dropSettledRejected(in: Set(state.tables), tx)
             try Self.saveResetProgress(nil, tx)
-            try tx.setProperty(Self.anchorProperty, .string(page.delta.anchor))
+            try tx.setStrataProperty(Self.anchorProperty, .string(page.delta.anchor))
             return true
         }
     }

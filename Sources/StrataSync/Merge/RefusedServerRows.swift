@@ -95,7 +95,7 @@ extension SyncClient {
         }
         let updated = kept + refused
         guard updated != list else { return }
-        try tx.setProperty(refusedServerRowsProperty, updated.isEmpty ? nil : .bytes(Array(try WireFormat.encoder.encode(updated))))
+        try tx.setStrataProperty(refusedServerRowsProperty, updated.isEmpty ? nil : .bytes(Array(try WireFormat.encoder.encode(updated))))
     }
 
     /// After the last page of a snapshot merged page by page: the entries of `tables` that no
@@ -105,7 +105,7 @@ extension SyncClient {
         let list = try refusedServerRows(tx.snapshot)
         let kept = list.filter { !tables.contains($0.table) || $0.anchor == anchor }
         guard kept != list else { return }
-        try tx.setProperty(refusedServerRowsProperty, kept.isEmpty ? nil : .bytes(Array(try WireFormat.encoder.encode(kept))))
+        try tx.setStrataProperty(refusedServerRowsProperty, kept.isEmpty ? nil : .bytes(Array(try WireFormat.encoder.encode(kept))))
     }
 }
 

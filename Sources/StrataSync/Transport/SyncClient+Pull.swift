@@ -25,10 +25,10 @@ extension SyncClient {
 
     static func savePullCursor(_ cursor: PullCursor?, _ tx: Transaction) throws {
         guard let cursor else {
-            if try tx.property(pullCursorProperty) != nil { try tx.setProperty(pullCursorProperty, nil) }
+            if try tx.property(pullCursorProperty) != nil { try tx.setStrataProperty(pullCursorProperty, nil) }
             return
         }
-        try tx.setProperty(pullCursorProperty, .bytes(Array(try WireFormat.encoder.encode(cursor))))
+        try tx.setStrataProperty(pullCursorProperty, .bytes(Array(try WireFormat.encoder.encode(cursor))))
     }
 
     /// Whether a snapshot can be merged page by page: no batch in flight, and no row in the store
