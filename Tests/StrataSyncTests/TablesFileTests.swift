@@ -92,7 +92,7 @@ import Testing
     @Test func associationsKeptInTheOldPropertyAreRead() async throws {
         try await withTemporaryStore(tables: []) { store, _ in
             try await store.write { tx in
-                try tx.setProperty("strata.cli.associations", #"[{"child":"comments","field":"task","parent":"tasks"}]"#)
+                try tx.setStrataProperty("strata.cli.associations", #"[{"child":"comments","field":"task","parent":"tasks"}]"#)
             }
             #expect(try await store.read { try $0.associations() } == [Association(child: "comments", field: "task", parent: "tasks")])
             try await store.write { tx in try tx.setAssociations([]) }

@@ -32,7 +32,7 @@ extension Transaction {
     /// - Throws: `StrataError` when the store cannot be written.
     public func setAssociations(_ associations: [Association]) throws(StrataError) {
         try setLibraryValue(StoredAssociations.name, try StoredAssociations.encode(associations))
-        try setProperty(StoredAssociations.legacyProperty, nil)
+        try setStrataProperty(StoredAssociations.legacyProperty, nil)
     }
 
     /// The associations stored with the store, as this transaction sees them (see `Snapshot.associations()`).
