@@ -114,6 +114,14 @@ public final class Store: Sendable {
     /// The view changes committed but not yet checkpointed, as of the newest commit.
     var overlay: PublishedOverlay { core.overlay }
 
+    /// The version of the Strata library, as `CHANGELOG.md` lists it and `strata --version`
+    /// prints it.
+    ///
+    /// It sits on `Store`, beside ``formatVersion``, because a top-level `public enum Strata`
+    /// would share its name with the module and make module-qualified names such as
+    /// `Strata.Store` ambiguous.
+    public static let libraryVersion = "0.1.0"
+
     /// The store format this version of Strata writes. Older formats are migrated when opened
     /// (see `Migration.swift`); newer ones are refused.
     public static let formatVersion: UInt64 = 7

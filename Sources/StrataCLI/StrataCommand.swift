@@ -13,7 +13,7 @@ struct StrataCommand: AsyncParsableCommand {
             file is damaged (every command that opens a store checks its pages first, before LMDB \
             reads them; --no-check skips that), 64 for bad arguments.
             """,
-        version: "0.1.0",
+        version: Store.libraryVersion,
         subcommands: [
             DemoCommand.self, InfoCommand.self, ShowCommand.self, LogCommand.self, HistoryCommand.self,
             PendingCommand.self, ConflictsCommand.self, ResolveCommand.self, MergeCommand.self, CompactCommand.self, RebuildCommand.self,

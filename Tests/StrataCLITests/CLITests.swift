@@ -1,4 +1,5 @@
 import Foundation
+import Strata
 import Testing
 
 /// The `strata` executable next to the test bundle in the build folder.
@@ -52,8 +53,34 @@ func runStrata(_ arguments: [String]) throws -> (status: Int32, out: String, err
     }
 
     @Test func versionAndHelp() throws {
-        #expect(try runStrata(["--version"]).out.trimmingCharacters(in: .whitespacesAndNewlines) == "0.1.0")
+        #expect(try runStrata(["--version"]).out.trimmingCharacters(in: .whitespacesAndNewlines) == Store.libraryVersion)
         let help = try runStrata(["demo", "--help"])
         #expect(help.status == 0 && help.out.contains("strata demo --path"))
+    }
+}
+
+/// CHANGELOG.md, the library's version constant and `strata --version` name the same release.
+@Suite struct VersionTests {
+    /// The CHANGELOG's newest release: its version (the first `## ` heading) and the store format
+    /// its entry names.
+    private func latestRelease() throws -> (version: String, storeFormat: String) {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let text = try String(contentsOf: root.appendingPathComponent("CHANGELOG.md"), encoding: .utf8)
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        let heading = try #require(lines.firstIndex { $0.hasPrefix("## ") }, "CHANGELOG.md has no release heading")
+        // "## 0.1.0 (unreleased)" → "0.1.0"
+        let version = String(lines[heading].dropFirst(3).prefix { $0 != " " })
+        let entry = lines[(heading + 1)...].prefix { !$0.hasPrefix("## ") }
+        let format = try #require(entry.first { $0.hasPrefix("- Store format: ") }, "the entry for \(version) names no store format")
+        return (version, String(format.dropFirst("- Store format: ".count).prefix { $0.isNumber }))
+    }
+
+    @Test func changelogStoreAndCommandAgreeOnTheVersion() throws {
+        let latest = try latestRelease()
+        #expect(latest.version == Store.libraryVersion)
+        #expect(latest.storeFormat == String(Store.formatVersion))
+        let printed = try runStrata(["--version"])
+        #expect(printed.status == 0)
+        #expect(printed.out.trimmingCharacters(in: .whitespacesAndNewlines) == latest.version)
     }
 }

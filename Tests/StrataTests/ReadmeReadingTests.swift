@@ -19,7 +19,7 @@ import Testing
                 for i in 1...30 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "task \(i)", "priority": .int(Int64(i % 4))]) }
             }
             let seen = Locked(0)
-            // --- README reading begins ---
+            // --- sample reading begins ---
             try store.createIndex("by_priority", on: "tasks", fields: ["priority"])
             let urgent = Query("tasks", where: .and([.equals("done", false), .lessThan("priority", 2)]),
                                orderBy: [.ascending("priority"), .descending("title")], limit: 10)
@@ -43,7 +43,7 @@ import Testing
             let token2 = store.observe { commit in seen.withLock { $0 += commit.changes.count } }
             try store.write { try $0.update("tasks", key: 31, ["done": true]) }
             let before = try store.read { try $0.row("tasks", key: 31, asOf: 31) }   // as it was at LSN 31
-            // --- README reading ends ---
+            // --- sample reading ends ---
             #expect(rows.count == 10 && rows.allSatisfy { $0["priority"].intValue! < 2 })
             #expect(plan == "index by_priority ranges (1), then sort (no index gives this order: each page sorts the whole result)")
             #expect(firstPage.rows.count == 20 && firstPage.next != nil)

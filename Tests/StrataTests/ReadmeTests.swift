@@ -7,7 +7,7 @@ import Testing
 @Suite struct ReadmeTests {
     @Test func apiTour() throws {
         try withTemporaryFolder { folder in
-            // --- README tour begins ---
+            // --- sample tour begins ---
             let store = try Store(path: folder)
 
             try store.createTable(.fixed("tasks", primaryKey: ["id"], fields: [
@@ -43,7 +43,7 @@ import Testing
             try store.rebuild()                           // drop the views, fold the log again
             let report = try store.verify()               // views == fold of the log, byte for byte
             print(report)                                 // consistent: 7 operations, …
-            // --- README tour ends ---
+            // --- sample tour ends ---
 
             #expect(task["title"] == "Buy oat milk" && task.original("title") == "Buy milk")
             #expect(task.status == .updated && task.changedFields == ["title", "done"])
@@ -56,7 +56,7 @@ import Testing
 }
 
 extension ReadmeTests {
-    /// The README's compaction example, verbatim apart from the setup.
+    /// The compaction sample of docs/compaction-and-formats.md, verbatim apart from the setup.
     @Test func compactionExample() throws {
         try withTemporaryFolder { folder in
             do {
@@ -68,7 +68,7 @@ extension ReadmeTests {
                         try tx.acknowledge("tasks", key: RowKey(.int(Int64(i % 10))))
                     }
                 }
-                // --- README compaction begins ---
+                // --- sample compaction begins ---
                 // Fold everything but the last 10,000 operations (also: Retention(age:), .after(lsn), combined).
                 let report = try store.compact(retaining: .operations(10_000))
                 print(report)   // folded 2000 operations; horizon 0 → 2000; 10000 operations left in the log, …
@@ -76,17 +76,17 @@ extension ReadmeTests {
                 let horizon = try store.read { try $0.horizon }                 // 2000: the log starts after it
                 let recent = try store.read { try $0.history("tasks", key: 7) }  // the operations after the horizon
                 // Time travel before the horizon throws StrataError with code .compacted.
-                // --- README compaction pauses ---
+                // --- sample compaction pauses ---
                 #expect(report.foldedOperations == 2_000 && report.remainingOperations == 10_000)
                 #expect(horizon == 2_000 && recent.allSatisfy { $0.lsn > 2_000 } && !recent.isEmpty)
                 let e = #expect(throws: StrataError.self) { try store.read { try $0.row("tasks", key: 7, asOf: 5) } }
                 #expect(e?.code == .compacted)
             }
             let before = try FileManager.default.attributesOfItem(atPath: folder + "/data.mdb")[.size] as! Int
-            // --- README compaction resumes ---
+            // --- sample compaction resumes ---
             // Later, with every Store on the store's folder (`folder`, its path) closed, give the space back:
             try Store.reclaimSpace(at: folder)
-            // --- README compaction ends ---
+            // --- sample compaction ends ---
             let after = try FileManager.default.attributesOfItem(atPath: folder + "/data.mdb")[.size] as! Int
             #expect(after < before)
         }
