@@ -36,14 +36,9 @@ extension SyncClient {
     static let resetProgressProperty = "strata.sync.reset"
 
     /// The streamed reset this store is in the middle of, if any.
-    static func resetProgress(_ snap: Snapshot) throws -> ResetProgress? {
-        guard let b = try snap.property(resetProgressProperty)?.bytesValue else { return nil }
-        return try WireFormat.decode(ResetProgress.self, from: Data(b))
-    }
+    static func resetProgress(_ snap: Snapshot) throws -> ResetProgress? { try storedValue(ResetProgress.self, resetProgressProperty, snap) }
 
-    static func saveResetProgress(_ progress: ResetProgress?, _ tx: Transaction) throws {
-        try tx.setStrataProperty(resetProgressProperty, try progress.map { .bytes(Array(try WireFormat.encoder.encode($0))) })
-    }
+    static func saveResetProgress(_ progress: ResetProgress?, _ tx: Transaction) throws { try storeValue(progress, resetProgressProperty, tx) }
 
     // MARK: A snapshot in hand
 

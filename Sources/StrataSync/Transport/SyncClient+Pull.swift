@@ -18,17 +18,24 @@ extension SyncClient {
     static let pullCursorProperty = "strata.sync.pullCursor"
 
     /// The cursor where a snapshot merged page by page stopped, if it did.
-    static func pullCursor(_ snap: Snapshot) throws -> PullCursor? {
-        guard let b = try snap.property(pullCursorProperty)?.bytesValue else { return nil }
-        return try WireFormat.decode(PullCursor.self, from: Data(b))
+    static func pullCursor(_ snap: Snapshot) throws -> PullCursor? { try storedValue(PullCursor.self, pullCursorProperty, snap) }
+
+    static func savePullCursor(_ cursor: PullCursor?, _ tx: Transaction) throws { try storeValue(cursor, pullCursorProperty, tx) }
+
+    /// A value of sync state kept in a `strata.` property, as `WireFormat` encodes it; `nil`
+    /// when the property is not set.
+    static func storedValue<T: Decodable>(_ type: T.Type, _ property: String, _ snap: Snapshot) throws -> T? {
+        guard let b = try snap.property(property)?.bytesValue else { return nil }
+        return try WireFormat.decode(T.self, from: Data(b))
     }
 
-    static func savePullCursor(_ cursor: PullCursor?, _ tx: Transaction) throws {
-        guard let cursor else {
-            if try tx.property(pullCursorProperty) != nil { try tx.setStrataProperty(pullCursorProperty, nil) }
+    /// Keeps `value` in `property` (`nil` removes it; removing an unset one writes nothing).
+    static func storeValue<T: Encodable>(_ value: T?, _ property: String, _ tx: Transaction) throws {
+        guard let value else {
+            if try tx.property(property) != nil { try tx.setStrataProperty(property, nil) }
             return
         }
-        try tx.setStrataProperty(pullCursorProperty, .bytes(Array(try WireFormat.encoder.encode(cursor))))
+        try tx.setStrataProperty(property, .bytes(Array(try WireFormat.encoder.encode(value))))
     }
 
     /// Whether a snapshot can be merged page by page: no batch in flight, and no row in the store
