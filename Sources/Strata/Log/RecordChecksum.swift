@@ -14,9 +14,9 @@ import LMDB
 /// it is found at by a term that depends only on how the two LSNs differ, which
 /// ``status(_:lsn:rules:)`` looks up for each one-byte change of the key.
 ///
-/// Not checked in `OperationHeader.init`, which the write path runs several times per edit on
-/// a record it has just built; checked once per record wherever the log is read to rebuild,
-/// verify, compact, replay, salvage or show history.
+/// Not checked in `OperationHeader.init`; checked once per record wherever the log is read to
+/// rebuild, verify, compact, replay, salvage or show history. The write path seals the records
+/// it builds and never parses them back (``OperationHeader/start(_:origin:transactionOffset:carried:schemaBump:target:prevLSN:annotation:into:)``).
 enum RecordChecksum {
     /// What a record's checksum says.
     enum Status: Equatable {

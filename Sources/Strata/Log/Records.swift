@@ -258,7 +258,7 @@ struct StoredRow {
 }
 
 /// The header of an operation record, in any format.
-struct OperationHeader {
+struct OperationHeader: Equatable {
     var format: UInt8
     var kind: UInt8
     var origin: UInt8
@@ -288,7 +288,7 @@ struct OperationHeader {
             throw StrataError(.formatVersion, "an operation has format \(format); this version of Strata reads formats \(RecordFormat.oldestOperationFormat) to \(RecordFormat.operationFormat)")
         }
         // The checksum is checked by `RecordChecksum` where the log is evidence, not here:
-        // the write path parses each record it builds several times.
+        // once per record, not at each parse.
         if format >= RecordFormat.checksummedFormat {
             guard r.remaining >= RecordFormat.checksumSize else { throw r.corrupt("an operation shorter than its checksum") }
             r.offset += RecordFormat.checksumSize
@@ -372,6 +372,98 @@ struct OperationHeader {
         var id: UInt32 = 0
         for i in 0..<4 { id = id << 8 | UInt32(record[target.lowerBound + i]) }
         return id
+    }
+}
+
+/// The write path's builder of operation records: it writes a record of the current format in
+/// two steps (the head, then, after the caller's field entries, the flags and the checksum) and
+/// returns the header with the bytes, so that the write path folds and appends the record it
+/// built without parsing it back. ``OperationHeader/init(_:)`` reads what these write.
+extension OperationHeader {
+    /// The flags byte's offset in a record of the compact layout: after the format, the
+    /// checksum and the kind.
+    private static let flagsOffset = 2 + RecordFormat.checksumSize
+
+    /// Starts an operation of the current format in `w` (emptied first), up to its field
+    /// entries, which the caller appends next; ``seal(_:flags:lsn:)`` completes it.
+    ///
+    /// - Parameters:
+    ///   - transactionOffset: how many LSNs back the transaction's first operation is; 0 for
+    ///     that operation, which carries the transaction's header (`carried`).
+    ///   - carried: the transaction's time and schema version, for its first operation.
+    ///   - schemaBump: the operation's schema version is one above its transaction's (never
+    ///     with `carried`, which holds the version already).
+    ///   - target: the `rows` key of the row.
+    ///   - prevLSN: the row's previous operation, 0 for none.
+    /// - Returns: the record's header, its row flags still empty: `seal` sets them.
+    static func start(
+        _ kind: LogEntry.Kind, origin: LogEntry.Origin, transactionOffset: UInt64,
+        carried: (timestampMicros: UInt64, schemaVersion: UInt64)?, schemaBump: Bool,
+        target: [UInt8], prevLSN: UInt64, annotation: [UInt8], into w: inout ByteWriter
+    ) -> OperationHeader {
+        w.reset()
+        w.append(RecordFormat.operationFormat)
+        // The checksum, written by `seal` once the record is complete.
+        w.append([0, 0, 0, 0])
+        w.append(kind.rawValue)
+        assert(w.count == flagsOffset)
+        w.append(0)
+        w.appendVarint(transactionOffset)
+        if let carried {
+            w.appendVarint(carried.timestampMicros)
+            w.appendVarint(carried.schemaVersion)
+        }
+        w.appendVarint(UInt64(target.count))
+        let targetStart = w.count
+        w.append(target)
+        w.appendVarint(prevLSN)
+        var annotationRange = w.count..<w.count
+        if !annotation.isEmpty {
+            w.appendVarint(UInt64(annotation.count))
+            annotationRange = w.count..<w.count + annotation.count
+            w.append(annotation)
+        }
+        return OperationHeader(
+            format: RecordFormat.operationFormat, kind: kind.rawValue, origin: origin.rawValue,
+            txnField: transactionOffset, carriedTime: carried?.timestampMicros,
+            carriedSchema: carried?.schemaVersion ?? 0, schemaBump: schemaBump,
+            target: targetStart..<targetStart + target.count, prevLSN: prevLSN, flagsAfter: [],
+            annotation: annotationRange, entriesStart: w.count
+        )
+    }
+
+    /// Completes the operation ``start(_:origin:transactionOffset:carried:schemaBump:target:prevLSN:annotation:into:)``
+    /// began in `w`, once its field entries follow: writes the row's flags after it (with the
+    /// operation's own bits) and seals the record for `lsn`, the LSN it is appended under.
+    mutating func seal(_ w: inout ByteWriter, flags: RowFlags, lsn: UInt64) {
+        flagsAfter = flags
+        var bits = flags.rawValue
+        if origin == LogEntry.Origin.server.rawValue { bits |= OperationBits.server }
+        if !annotation.isEmpty { bits |= OperationBits.annotation }
+        if carriesTransaction { bits |= OperationBits.carriesTransaction }
+        if schemaBump { bits |= OperationBits.schemaBump }
+        w.bytes[Self.flagsOffset] = bits
+        // Sealed once, with the LSN: the checksum covers the key too.
+        RecordChecksum.seal(&w, lsn: lsn)
+    }
+
+    private init(
+        format: UInt8, kind: UInt8, origin: UInt8, txnField: UInt64, carriedTime: UInt64?,
+        carriedSchema: UInt64, schemaBump: Bool, target: Range<Int>, prevLSN: UInt64,
+        flagsAfter: RowFlags, annotation: Range<Int>, entriesStart: Int
+    ) {
+        self.format = format
+        self.kind = kind
+        self.origin = origin
+        self.txnField = txnField
+        self.carriedTime = carriedTime
+        self.carriedSchema = carriedSchema
+        self.schemaBump = schemaBump
+        self.target = target
+        self.prevLSN = prevLSN
+        self.flagsAfter = flagsAfter
+        self.annotation = annotation
+        self.entriesStart = entriesStart
     }
 }
 

@@ -363,45 +363,26 @@ public final class Transaction {
                 throw StrataError(.corruptRecord, "the meta entry 'lastTxn' (\(last)) is not below the next LSN (\(lsn)): the store is damaged")
             }
         }
-        var bits: UInt8 = origin == .server ? OperationBits.server : 0
-        if !annotation.isEmpty { bits |= OperationBits.annotation }
-        if carries {
-            bits |= OperationBits.carriesTransaction
-        } else if schema != txnSchema {
+        // The builder returns the header with the bytes: the views fold the record without
+        // parsing it back.
+        var header = OperationHeader.start(
+            kind, origin: origin, transactionOffset: carries ? 0 : lsn - txnStart,
+            carried: carries ? (timestampMicros, schema) : nil,
             // A schema version only moves up within a transaction, by one (`baseCatalogVersion`).
-            bits |= OperationBits.schemaBump
-        }
-        opBuf.reset()
-        opBuf.append(RecordFormat.operationFormat)
-        // The checksum, written by `seal` once the record is complete.
-        opBuf.append([0, 0, 0, 0])
-        opBuf.append(kind.rawValue)
-        let flagsAt = opBuf.count
-        opBuf.append(0)
-        opBuf.appendVarint(carries ? 0 : lsn - txnStart)
-        if carries {
-            opBuf.appendVarint(timestampMicros)
-            opBuf.appendVarint(schema)
-        }
-        opBuf.appendVarint(UInt64(keyBuf.count))
-        opBuf.append(keyBuf.bytes)
-        opBuf.appendVarint(try previousLSN(old))
-        if !annotation.isEmpty {
-            opBuf.appendVarint(UInt64(annotation.count))
-            opBuf.append(annotation)
-        }
-        let entriesStart = opBuf.count
+            schemaBump: !carries && schema != txnSchema,
+            target: keyBuf.bytes, prevLSN: try previousLSN(old), annotation: annotation, into: &opBuf
+        )
+        let entriesStart = header.entriesStart
         let flags = try rules(&opBuf)
         let oldFlags = old?.flags
         if opBuf.count == entriesStart && flags == oldFlags && annotation.isEmpty { return }
-        opBuf.bytes[flagsAt] = flags.rawValue | bits
-        // Sealed once, with the LSN it is appended under: the checksum covers the key too.
-        RecordChecksum.seal(&opBuf, lsn: lsn)
+        header.seal(&opBuf, flags: flags, lsn: lsn)
         // Worked out before the views change, while `old` still shows the stored row.
         let valuesChanged = changes == nil ? true : try changesCurrentValues(entriesStart, old)
 
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
-            let header = try OperationHeader(op)
+            // Debug builds (the test suite) hold the builder to the parser at every edit.
+            assert((try? OperationHeader(op)) == header, "the builder's header differs from the record's")
             let txn = try self.txn
             try views.apply(operation: op, header: header, lsn: lsn, old: old, table: t, in: txn, scratch: &rowBuf, checkingUniqueness: !uniquenessDeferred)
             try lmdb { () throws(LMDBError) in
