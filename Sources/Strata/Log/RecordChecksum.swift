@@ -147,9 +147,9 @@ extension ReadableTransaction {
     /// `checksumsFrom`, set when the store was created or migrated to store format 5, and
     /// `lsnCoveredFrom`, set when it was created or migrated to store format 7; 1 (every
     /// operation) when missing.
-    func checksumRules(in views: StoreDatabases) throws(StrataError) -> ChecksumRules {
+    func checksumRules(in databases: StoreDatabases) throws(StrataError) -> ChecksumRules {
         ChecksumRules(
-            checksumsFrom: try metaUInt64(MetaKey.checksumsFrom, in: views) ?? 1,
-            lsnCoveredFrom: try metaUInt64(MetaKey.lsnCoveredFrom, in: views) ?? 1)
+            checksumsFrom: try metaUInt64(MetaKey.checksumsFrom, in: databases) ?? 1,
+            lsnCoveredFrom: try metaUInt64(MetaKey.lsnCoveredFrom, in: databases) ?? 1)
     }
 }

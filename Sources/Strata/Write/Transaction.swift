@@ -11,11 +11,12 @@ import LMDB
 /// field — logs nothing.
 public final class Transaction {
     let store: Store
-    /// Writes the log and `meta` into LMDB and the views into `overlay`; reached through ``txn``.
-    private let writer: ViewWriter
+    /// Writes the log and `meta` into LMDB and the views into `overlay`; reached through
+    /// ``writer``, which checks that the transaction is live.
+    private let rawWriter: ViewWriter
     /// The working copy of the overlay, published when the transaction commits.
     let overlay: OverlayBuffer
-    let views: StoreDatabases
+    let databases: StoreDatabases
     /// The catalog with this transaction's changes. Read it through ``catalog`` (which checks
     /// that the transaction is live); change it here, after such a read.
     var workingCatalog: Catalog {
@@ -67,16 +68,16 @@ public final class Transaction {
 
     init(store: Store, txn: LMDB.WriteTransaction, overlay: OverlayBuffer, catalog: Catalog) throws(StrataError) {
         self.store = store
-        self.writer = ViewWriter(txn, store.views, overlay: overlay)
+        self.rawWriter = ViewWriter(txn, store.databases, overlay: overlay)
         self.overlay = overlay
-        self.views = store.views
+        self.databases = store.databases
         self.workingCatalog = catalog
         self.baseCatalogVersion = catalog.version
         // The overlay a write starts from reaches the log's end (`Store.overlayVersion(for:)`),
         // and each closure of a group moves it on: no need to read the log's last key.
         self.nextLSN = overlay.version.lsn + 1
         if store.options.checkInvariants {
-            let end = try writer.lastLSN(in: store.views)
+            let end = try rawWriter.lastLSN(in: store.databases)
             guard end == overlay.version.lsn else {
                 throw StrataError(.corruptRecord, "invariant: the overlay ends at LSN \(overlay.version.lsn), the log at \(end)")
             }
@@ -117,10 +118,10 @@ public final class Transaction {
     // aborted the transaction and freed it, and a write through it would corrupt memory.
 
     /// The writer over LMDB's transaction; throws once the lending closure has returned.
-    var txn: ViewWriter {
+    var writer: ViewWriter {
         @inline(__always) get throws(StrataError) {
             try lease.check()
-            return writer
+            return rawWriter
         }
     }
 
@@ -288,7 +289,7 @@ public final class Transaction {
         var prefix = ByteWriter(capacity: 4)
         prefix.appendBigEndian(t.id)
         // Collect first: the writes below would invalidate a cursor over `pending`.
-        let keys: [[UInt8]] = try txn.scan(views.pending) { c in
+        let keys: [[UInt8]] = try writer.scan(databases.pending) { c in
             var keys: [[UInt8]] = []
             var e = try c.seek(atLeast: prefix.bytes)
             while let entry = e, entry.key.starts(with: prefix.bytes) {
@@ -334,7 +335,7 @@ public final class Transaction {
     /// The snapshot ends with the transaction: kept after the write closure returned, it throws
     /// like the transaction does.
     public var snapshot: Snapshot {
-        get throws(StrataError) { Snapshot(txn: try txn.reader, views: views, catalog: try catalog, lease: lease) }
+        get throws(StrataError) { Snapshot(txn: try writer.reader, databases: databases, catalog: try catalog, lease: lease) }
     }
 
     /// The row as this transaction sees it; see ``Snapshot/row(_:key:includingDeleted:)-(_,RowKey,_)``.
@@ -358,7 +359,7 @@ public final class Transaction {
         let carries = txnStart == 0
         if carries {
             // Transaction ids increase with the log; read, the counter also proves itself whole.
-            let last = try txn.metaUInt64(MetaKey.lastTxn, in: views) ?? 0
+            let last = try writer.metaUInt64(MetaKey.lastTxn, in: databases) ?? 0
             guard last < lsn else {
                 throw StrataError(.corruptRecord, "the meta entry 'lastTxn' (\(last)) is not below the next LSN (\(lsn)): the store is damaged")
             }
@@ -383,11 +384,11 @@ public final class Transaction {
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
             // Debug builds (the test suite) hold the builder to the parser at every edit.
             assert((try? OperationHeader(op)) == header, "the builder's header differs from the record's")
-            let txn = try self.txn
-            try views.apply(operation: op, header: header, lsn: lsn, old: old, table: t, in: txn, scratch: &rowBuf, checkingUniqueness: !uniquenessDeferred)
+            let writer = try self.writer
+            try databases.apply(operation: op, header: header, lsn: lsn, old: old, table: t, in: writer, scratch: &rowBuf, checkingUniqueness: !uniquenessDeferred)
             try lmdb { () throws(LMDBError) in
                 var k = lsn.bigEndian
-                try withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try txn.put(kb, op, in: views.log, flags: .append) }
+                try withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try writer.put(kb, op, in: databases.log, flags: .append) }
             }
         }
         // Only now that the edit is applied (a unique index may still have refused it) do its
@@ -399,7 +400,7 @@ public final class Transaction {
         if carries {
             txnStart = lsn
             txnSchema = schema
-            try txn.setMeta(MetaKey.lastTxn, lsn, in: views)
+            try writer.setMeta(MetaKey.lastTxn, lsn, in: databases)
         }
         if store.options.checkInvariants { touched.insert(keyBuf.bytes) }
         if changes != nil {
@@ -452,7 +453,7 @@ public final class Transaction {
     /// key with no row, the operation that removed an earlier row with that key (0 if none).
     private func previousLSN(_ old: StoredRow?) throws(StrataError) -> UInt64 {
         if let old { return old.header.lastLSN }
-        return try txn.reader.goneLSN(keyBuf.bytes, views: views)
+        return try writer.reader.goneLSN(keyBuf.bytes, databases: databases)
     }
 
     /// Whether the operation in `opBuf` (its field entries from `entriesStart`) gives a field of
@@ -511,12 +512,12 @@ public final class Transaction {
             do { bytes = try workingCatalog.encoded() } catch {
                 throw StrataError(.invalidSchema, "the catalog cannot be encoded: \(error)")
             }
-            try txn.setMeta(MetaKey.catalog, bytes, in: views)
-            try txn.setMeta(MetaKey.catalogVersion, workingCatalog.version, in: views)
+            try writer.setMeta(MetaKey.catalog, bytes, in: databases)
+            try writer.setMeta(MetaKey.catalogVersion, workingCatalog.version, in: databases)
         }
         if store.options.checkInvariants {
             for target in touched {
-                try Invariants.checkRow(target, txn: txn, views: views)
+                try Invariants.checkRow(target, txn: writer, databases: databases)
             }
         }
         overlay.version.lsn = nextLSN - 1
@@ -542,9 +543,9 @@ public final class Transaction {
     /// Writes the overlay into the views in LMDB, in key order, and records the LSN they now
     /// reflect; the overlay starts over, empty.
     private func checkpoint() throws(StrataError) {
-        guard let lmdbTxn = try txn.writeTxn else { return }
-        try Checkpoint.write(overlay.version, into: lmdbTxn, views)
-        try txn.setMeta(MetaKey.viewsLSN, lastLSN, in: views)
+        guard let lmdbTxn = try writer.writeTxn else { return }
+        try Checkpoint.write(overlay.version, into: lmdbTxn, databases)
+        try writer.setMeta(MetaKey.viewsLSN, lastLSN, in: databases)
         overlay.version = .empty(at: lastLSN)
     }
 
@@ -552,8 +553,8 @@ public final class Transaction {
 
     /// The stored row state at `keyBuf` (live or deleted), lent by LMDB until the next write.
     func storedRow() throws(StrataError) -> StoredRow? {
-        let txn = try self.txn
-        let bytes = try lmdb { () throws(LMDBError) in try keyBuf.withUnsafeBytes { (k) throws(LMDBError) in try txn.get(k, in: views.rows) } }
+        let writer = try self.writer
+        let bytes = try lmdb { () throws(LMDBError) in try keyBuf.withUnsafeBytes { (k) throws(LMDBError) in try writer.get(k, in: databases.rows) } }
         return try bytes.map { (b) throws(StrataError) in try StoredRow(b) }
     }
 
