@@ -1,12 +1,5 @@
 import LMDB
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import StrataLibc
 
 /// Folds a base snapshot and a whole log into the views of a write transaction, through memory.
 ///

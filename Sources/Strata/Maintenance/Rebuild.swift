@@ -1,13 +1,6 @@
 import Foundation
 import LMDB
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import StrataLibc
 
 /// What ``Store/verify(progress:)`` found.
 public struct VerifyReport: Sendable, CustomStringConvertible {
