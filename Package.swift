@@ -29,11 +29,14 @@ let package = Package(
             pkgConfig: "lmdb",
             providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
         ),
-        .target(name: "LMDB", dependencies: ["CLMDB"]),
+        // The platform's C library (Glibc, Musl or Darwin) under one name, for the files that call
+        // POSIX directly; no product names it.
+        .target(name: "StrataLibc"),
+        .target(name: "LMDB", dependencies: ["CLMDB", "StrataLibc"]),
         // CRC-32C with the processor's instruction, for the log's record checksums (C: Swift
         // cannot emit it portably); Strata falls back to its own table-driven loop without it.
         .target(name: "CStrataCRC"),
-        .target(name: "Strata", dependencies: ["LMDB", "CStrataCRC"]),
+        .target(name: "Strata", dependencies: ["LMDB", "CStrataCRC", "StrataLibc"]),
         // Server deltas, three-way merge and conflict policies (and later batching).
         .target(
             name: "StrataSync",
@@ -63,7 +66,7 @@ let package = Package(
         // Fixtures: a format-2 store holding deferred conflicts, for the 2 → 3 migration test.
         .testTarget(name: "StrataSyncTests", dependencies: ["StrataSync", "Strata", "StrataWorkload", "LMDB", "StrataTesting"], exclude: ["Fixtures"]),
         // Runs the built `strata` executable; the dependency makes `swift test` build it first.
-        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "strata-crash-helper", "Strata", "StrataSync", "LMDB"]),
+        .testTarget(name: "StrataCLITests", dependencies: ["StrataCLI", "strata-crash-helper", "Strata", "StrataSync", "LMDB", "StrataLibc"]),
     ]
 )
 

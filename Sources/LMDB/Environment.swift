@@ -1,13 +1,6 @@
 import CLMDB
+import StrataLibc
 import Synchronization
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// How much a commit waits for the disk.
 public enum SyncMode: String, Sendable, CaseIterable, Codable {

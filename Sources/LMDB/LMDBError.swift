@@ -1,12 +1,5 @@
 import CLMDB
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import StrataLibc
 
 /// An error returned by LMDB, with its numeric code and LMDB's own description.
 ///

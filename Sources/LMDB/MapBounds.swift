@@ -1,13 +1,6 @@
 import CLMDB
+import StrataLibc
 import Synchronization
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// Where an environment's memory map lies and how much of it the data file backs, so that every
 /// key and value LMDB lends can be checked before anyone reads it.

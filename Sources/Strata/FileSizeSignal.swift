@@ -1,10 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import StrataLibc
 
 /// `SIGXFSZ`: a write past the process's file size limit (`ulimit -f`, `RLIMIT_FSIZE`) kills
 /// the process by default, instead of failing with `EFBIG` like a full disk does.

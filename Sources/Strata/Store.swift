@@ -109,7 +109,7 @@ public final class Store: Sendable {
     }
 
     var env: Environment { core.env }
-    var views: StoreDatabases { core.views }
+    var databases: StoreDatabases { core.databases }
     var observers: Observers { core.observers }
     /// The view changes committed but not yet checkpointed, as of the newest commit.
     var overlay: PublishedOverlay { core.overlay }
@@ -418,11 +418,11 @@ public final class Store: Sendable {
     func performRead<R>(_ body: (Snapshot) throws -> R) throws -> R {
         try Store.mappingStorageErrors {
             try env.read { txn in
-                let reader = ViewReader(txn: txn, views: views, overlay: OverlayBuffer(try overlayVersion(for: txn)))
+                let reader = ViewReader(txn: txn, databases: databases, overlay: OverlayBuffer(try overlayVersion(for: txn)))
                 // The snapshot refuses every use once `body` returns: LMDB frees the transaction.
                 let lease = Lease(.read)
                 defer { lease.end() }
-                return try body(Snapshot(txn: reader, views: views, catalog: try currentCatalog(txn), lease: lease))
+                return try body(Snapshot(txn: reader, databases: databases, catalog: try currentCatalog(txn), lease: lease))
             }
         }
     }
@@ -514,12 +514,12 @@ public final class Store: Sendable {
         let snapshot = txn.snapshotID
         let cached = core.cachedCatalog.withLock { $0 }
         if cached.snapshotID == snapshot { return cached.catalog }
-        let version = try txn.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0
+        let version = try txn.metaUInt64(MetaKey.catalogVersion, in: databases) ?? 0
         if cached.catalog.version == version {
             core.cachedCatalog.withLock { if $0.catalog.version == version { $0.snapshotID = snapshot } }
             return cached.catalog
         }
-        let fresh = try Store.loadCatalog(txn, views)
+        let fresh = try Store.loadCatalog(txn, databases)
         publish(fresh, currentAt: snapshot)
         return fresh
     }
@@ -532,9 +532,9 @@ public final class Store: Sendable {
         }
     }
 
-    static func loadCatalog(_ txn: some ReadableTransaction, _ views: StoreDatabases) throws(StrataError) -> Catalog {
-        let version = try txn.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0
-        guard let bytes = try txn.meta(MetaKey.catalog, in: views) else { return Catalog() }
+    static func loadCatalog(_ txn: some ReadableTransaction, _ databases: StoreDatabases) throws(StrataError) -> Catalog {
+        let version = try txn.metaUInt64(MetaKey.catalogVersion, in: databases) ?? 0
+        guard let bytes = try txn.meta(MetaKey.catalog, in: databases) else { return Catalog() }
         return try Catalog(decoding: bytes, version: version)
     }
 

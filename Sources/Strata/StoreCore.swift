@@ -28,7 +28,7 @@ final class StoreCore: @unchecked Sendable {
     let dataFile: FolderIdentity
     let clientID: String
     let env: Environment
-    let views: StoreDatabases
+    let databases: StoreDatabases
     /// The catalog last seen; a transaction checks its version against `meta`, unless it reads
     /// the snapshot the catalog was last found current for (`Store.currentCatalog`).
     let cachedCatalog: Locked<CachedCatalog>
@@ -129,7 +129,7 @@ final class StoreCore: @unchecked Sendable {
             if error.code == .notAStore { StoreFiles.removeCreatedLockFiles(in: path, before: before) }
             throw error
         }
-        (views, clientID) = (opened.0, opened.1)
+        (databases, clientID) = (opened.0, opened.1)
         cachedCatalog = Locked(CachedCatalog(catalog: opened.2, snapshotID: CachedCatalog.unknown))
     }
 
@@ -159,11 +159,11 @@ final class StoreCore: @unchecked Sendable {
             try env.write { txn in
                 // Only if the overlay still completes the store: another process may have
                 // written or checkpointed since.
-                let end = try txn.lastLSN(in: views)
-                let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? end
+                let end = try txn.lastLSN(in: databases)
+                let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: databases) ?? end
                 guard version.lsn == end, version.base <= viewsLSN, viewsLSN < end else { return }
-                try Checkpoint.write(version, into: txn, views)
-                try txn.setMeta(MetaKey.viewsLSN, end, in: views)
+                try Checkpoint.write(version, into: txn, databases)
+                try txn.setMeta(MetaKey.viewsLSN, end, in: databases)
             }
         }
     }
@@ -220,26 +220,26 @@ final class StoreCore: @unchecked Sendable {
                 case .none:
                     throw StrataError(.notAStore, StoreFiles.notAStoreMessage(path, "its data.mdb is an LMDB database without Strata's metadata (another program wrote to it meanwhile)"))
                 }
-                let views = try StoreDatabases.open(txn)
+                let databases = try StoreDatabases.open(txn)
                 switch format {
                 case nil:
-                    try txn.setMeta(MetaKey.format, Store.formatVersion, in: views)
-                    try txn.setMeta(MetaKey.clientID, Array(UUID().uuidString.utf8), in: views)
-                    try txn.setMeta(MetaKey.catalog, try Catalog().encoded(), in: views)
-                    try txn.setMeta(MetaKey.catalogVersion, 0, in: views)
-                    try txn.setMeta(MetaKey.viewsLSN, 0, in: views)
-                    try txn.setMeta(MetaKey.checksumsFrom, 1, in: views)
-                    try txn.setMeta(MetaKey.lsnCoveredFrom, 1, in: views)
+                    try txn.setMeta(MetaKey.format, Store.formatVersion, in: databases)
+                    try txn.setMeta(MetaKey.clientID, Array(UUID().uuidString.utf8), in: databases)
+                    try txn.setMeta(MetaKey.catalog, try Catalog().encoded(), in: databases)
+                    try txn.setMeta(MetaKey.catalogVersion, 0, in: databases)
+                    try txn.setMeta(MetaKey.viewsLSN, 0, in: databases)
+                    try txn.setMeta(MetaKey.checksumsFrom, 1, in: databases)
+                    try txn.setMeta(MetaKey.lsnCoveredFrom, 1, in: databases)
                 case let v? where v > Store.formatVersion:
                     throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), newer than this Strata reads (\(Store.formatVersion)); upgrade Strata to open it")
                 case let v? where v < Store.formatVersion:
-                    try Migration.upgrade(from: v, txn, views, path: path)
+                    try Migration.upgrade(from: v, txn, databases, path: path)
                 default: break
                 }
-                guard let id = try txn.meta(MetaKey.clientID, in: views) else {
+                guard let id = try txn.meta(MetaKey.clientID, in: databases) else {
                     throw StrataError(.corruptRecord, "the store at '\(path)' has no client id")
                 }
-                return (views, String(decoding: id, as: UTF8.self), try Store.loadCatalog(txn, views))
+                return (databases, String(decoding: id, as: UTF8.self), try Store.loadCatalog(txn, databases))
             }
         }
     }
@@ -320,15 +320,15 @@ final class StoreCore: @unchecked Sendable {
               let gone = try database(n.gone), let index = try database(n.index), let view = try database(n.view),
               let base = try database(n.base), let meta = try database(n.meta)
         else { return nil }
-        let views = StoreDatabases(log: log, rows: rows, pending: pending, gone: gone, index: index, view: view, base: base, meta: meta)
+        let databases = StoreDatabases(log: log, rows: rows, pending: pending, gone: gone, index: index, view: view, base: base, meta: meta)
         return try strataErrors {
             try env.read { txn -> (StoreDatabases, String, Catalog)? in
-                let format = try txn.metaUInt64(MetaKey.format, in: views)
+                let format = try txn.metaUInt64(MetaKey.format, in: databases)
                 if let format, format > Store.formatVersion {
                     throw StrataError(.formatVersion, "the store at '\(path)' has format \(format), newer than this Strata reads (\(Store.formatVersion)); upgrade Strata to open it")
                 }
-                guard format == Store.formatVersion, let id = try txn.meta(MetaKey.clientID, in: views) else { return nil }
-                return (views, String(decoding: id, as: UTF8.self), try Store.loadCatalog(txn, views))
+                guard format == Store.formatVersion, let id = try txn.meta(MetaKey.clientID, in: databases) else { return nil }
+                return (databases, String(decoding: id, as: UTF8.self), try Store.loadCatalog(txn, databases))
             }
         }
     }

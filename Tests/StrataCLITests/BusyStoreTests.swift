@@ -1,16 +1,9 @@
 import Foundation
 import LMDB
 import Strata
+import StrataLibc
 import Synchronization
 import Testing
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// Runs `strata` with extra environment variables; kills it after `limit` seconds (a guard
 /// against a hang, not a speed check) and reports whether it had to.

@@ -1,13 +1,6 @@
 import Foundation
 import Strata
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import StrataLibc
 
 /// How a child process ended and what it printed.
 struct ChildOutcome {

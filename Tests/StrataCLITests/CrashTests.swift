@@ -1,16 +1,9 @@
 import Foundation
 @testable import Strata
+import StrataLibc
 import StrataWorkload
 import Synchronization
 import Testing
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// A writer process killed with SIGKILL at random moments, again and again: after every kill the
 /// store opens, `verify()` passes, every transaction the writer reported committed is there, and

@@ -30,7 +30,7 @@ func runStrataWatchingSignals(_ arguments: [String]) throws -> (signal: Int32?, 
             _ = try sync.nextBatch()
             let keys: [[UInt8]] = try store.env.read { txn in
                 var keys: [[UInt8]] = []
-                try txn.withCursor(store.views.meta) { c in
+                try txn.withCursor(store.databases.meta) { c in
                     var e = try c.first()
                     while let entry = e { keys.append(Array(entry.key)); e = try c.next() }
                 }

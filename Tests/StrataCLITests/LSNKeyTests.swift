@@ -25,7 +25,7 @@ import Testing
     /// The raw records of the store's log, by LSN.
     func records(_ store: Store) throws -> [UInt64: [UInt8]] {
         try store.env.read { txn in
-            try txn.withCursor(store.views.log) { c in
+            try txn.withCursor(store.databases.log) { c in
                 var out: [UInt64: [UInt8]] = [:]
                 var e = try c.first()
                 while let x = e {
@@ -213,7 +213,7 @@ import Testing
             defer { store.close() }
             #expect(try store.verify().isConsistent)
             let log = try records(store)
-            let rules = try store.env.read { try $0.checksumRules(in: store.views) }
+            let rules = try store.env.read { try $0.checksumRules(in: store.databases) }
             #expect(rules == .everyOperation)
             let (two, seven) = (try #require(log[2]), try #require(log[7]))
             #expect(try carriesTransaction(two) && !carriesTransaction(seven))

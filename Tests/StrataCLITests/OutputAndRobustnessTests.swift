@@ -1,15 +1,8 @@
 import Foundation
 import Strata
+import StrataLibc
 import StrataSync
 import Testing
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// Runs `strata` through `/bin/sh -c` with `prefix` before it (a `ulimit`, a `trap`).
 func runStrataInShell(_ prefix: String, _ arguments: [String]) throws -> (status: Int32, out: String, err: String) {

@@ -1,16 +1,9 @@
 import Foundation
 import Strata
+import StrataLibc
 import StrataWorkload
 import Synchronization
 import Testing
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 @Suite struct SharedOpenProcessTests {
     /// The second reproduction: this process keeps a `Store` open and writes, and keeps

@@ -221,7 +221,7 @@ import Testing
 
             let store = try Store(path: path)
             #expect(try Self.format(path) == Store.formatVersion)
-            let rules = try store.env.read { try $0.checksumRules(in: store.views) }
+            let rules = try store.env.read { try $0.checksumRules(in: store.databases) }
             #expect(rules == ChecksumRules(checksumsFrom: 18, lsnCoveredFrom: 28))
             let report = try store.verify()
             #expect(report.isConsistent && report.operations == 27, "\(report)")
@@ -250,7 +250,7 @@ import Testing
             // A record older than the counter put under an LSN from it is damage: its checksum
             // does not cover the LSN, where every one from LSN 28 on must.
             do {
-                let found = try store.env.read { txn in try txn.get(withUnsafeBytes(of: UInt64(25).bigEndian) { Array($0) }, in: store.views.log).map { Array($0) } }
+                let found = try store.env.read { txn in try txn.get(withUnsafeBytes(of: UInt64(25).bigEndian) { Array($0) }, in: store.databases.log).map { Array($0) } }
                 let old25 = try #require(found)
                 let status = old25.withUnsafeBytes { RecordChecksum.status($0, lsn: 29, rules: rules) }
                 #expect(status == .damaged("it has format 4, whose checksum does not cover its LSN, where every operation from LSN 28 on has one that does"), "\(status)")
@@ -282,7 +282,7 @@ import Testing
                 let salvaged = try Store(path: copy + "/salvaged")
                 defer { salvaged.close() }
                 let records = try salvaged.env.read { txn in
-                    try txn.withCursor(salvaged.views.log) { c in
+                    try txn.withCursor(salvaged.databases.log) { c in
                         var out: [(UInt64, [UInt8])] = []
                         var e = try c.first()
                         while let x = e { out.append((try Counter.lsn(key: x.key), Array(x.value))); e = try c.next() }
@@ -290,7 +290,7 @@ import Testing
                     }
                 }
                 let uncovered = records.filter { $0.1[0] < RecordFormat.lsnCoveredFormat }.map(\.0)
-                let rules = try salvaged.env.read { try $0.checksumRules(in: salvaged.views) }
+                let rules = try salvaged.env.read { try $0.checksumRules(in: salvaged.databases) }
                 #expect(rules == ChecksumRules(checksumsFrom: 1, lsnCoveredFrom: (uncovered.max() ?? 0) + 1))
                 for (lsn, record) in records {
                     let status = record.withUnsafeBytes { RecordChecksum.status($0, lsn: lsn, rules: rules) }

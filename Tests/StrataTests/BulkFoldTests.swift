@@ -95,7 +95,7 @@ import Testing
             try store.env.write { txn in
                 var key = UInt64(3).bigEndian
                 let lsnKey = withUnsafeBytes(of: &key) { Array($0) }
-                var record = Array(try txn.get(lsnKey, in: store.views.log)!)
+                var record = Array(try txn.get(lsnKey, in: store.databases.log)!)
                 let header = try withBytes(record) { (r) throws(StrataError) in try OperationHeader(r) }
                 // The previous LSN is the varint right after the target: 1, one byte.
                 #expect(record[header.target.upperBound] == 1)
@@ -104,7 +104,7 @@ import Testing
                 var sealed = ByteWriter()
                 sealed.append(record)
                 RecordChecksum.seal(&sealed, lsn: 3)
-                try txn.put(lsnKey, sealed.bytes, in: store.views.log)
+                try txn.put(lsnKey, sealed.bytes, in: store.databases.log)
             }
             let e = #expect(throws: StrataError.self) { try store.verify() }
             #expect(e?.code == .corruptRecord && e?.message.contains("operation 3 follows LSN 2") == true, "\(String(describing: e))")

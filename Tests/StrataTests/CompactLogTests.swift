@@ -11,7 +11,7 @@ import Testing
     static func records(_ store: Store) throws -> [UInt64: [UInt8]] {
         var out: [UInt64: [UInt8]] = [:]
         try store.env.read { txn in
-            try txn.withCursor(store.views.log) { c in
+            try txn.withCursor(store.databases.log) { c in
                 var e = try c.first()
                 while let x = e {
                     out[try Counter.lsn(key: x.key)] = Array(x.value)

@@ -316,7 +316,7 @@ import Testing
             do {
                 let store = try Store(path: path)
                 try store.createTable(tasksSchema)
-                try store.env.write { try $0.setMeta(MetaKey.format, 0, in: store.views) }
+                try store.env.write { try $0.setMeta(MetaKey.format, 0, in: store.databases) }
             }
             let e = #expect(throws: StrataError.self) { try Store(path: path) }
             #expect(e?.code == .formatVersion)

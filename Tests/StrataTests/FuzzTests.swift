@@ -38,11 +38,11 @@ import Testing
             var rows: [([UInt8], [UInt8])] = []
             var ops: [(UInt64, [UInt8])] = []
             try store.env.read { txn in
-                try txn.withCursor(store.views.rows) { c in
+                try txn.withCursor(store.databases.rows) { c in
                     var e = try c.first()
                     while let x = e { rows.append((Array(x.key), Array(x.value))); e = try c.next() }
                 }
-                try txn.withCursor(store.views.log) { c in
+                try txn.withCursor(store.databases.log) { c in
                     var e = try c.first()
                     var lsn: UInt64 = 0
                     while let x = e { lsn += 1; ops.append((lsn, Array(x.value))); e = try c.next() }
@@ -110,7 +110,7 @@ import Testing
             defer { store.close() }
             var ops: [(UInt64, [UInt8])] = []
             try store.env.read { txn in
-                try txn.withCursor(store.views.log) { c in
+                try txn.withCursor(store.databases.log) { c in
                     var e = try c.first()
                     while let x = e { ops.append((try Counter.lsn(key: x.key), Array(x.value))); e = try c.next() }
                 }

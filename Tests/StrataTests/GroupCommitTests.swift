@@ -230,8 +230,8 @@ import Testing
             try store.createTable(tasksSchema)
             let swallow: @Sendable (Transaction) throws -> Void = { tx in
                 // A key over LMDB's limit: MDB_BAD_VALSIZE, which marks the transaction failed.
-                let writer = try tx.txn
-                _ = try? writer.writeTxn!.put([UInt8](repeating: 7, count: 600), [1], in: writer.views.meta)
+                let writer = try tx.writer
+                _ = try? writer.writeTxn!.put([UInt8](repeating: 7, count: 600), [1], in: writer.databases.meta)
             }
             let alone = #expect(throws: StrataError.self) { try store.write(swallow) }
             #expect(alone?.code == .storage)

@@ -10,7 +10,7 @@ import Testing
 @Suite struct ParallelFoldTests {
     /// Every entry of every database of `store`, in order.
     static func dump(_ store: Store) throws -> [String: [[UInt8]]] {
-        let v = store.views
+        let v = store.databases
         let databases = ["log": v.log, "rows": v.rows, "pending": v.pending, "gone": v.gone, "index": v.index, "view": v.view, "base": v.base, "meta": v.meta]
         return try store.env.read { txn in
             try databases.mapValues { db in
@@ -222,7 +222,7 @@ import Testing
                 for lsn in [UInt64(350), 250] {
                     var key = lsn.bigEndian
                     let lsnKey = withUnsafeBytes(of: &key) { Array($0) }
-                    var record = Array(try txn.get(lsnKey, in: store.views.log)!)
+                    var record = Array(try txn.get(lsnKey, in: store.databases.log)!)
                     let header = try withBytes(record) { (r) throws(StrataError) in try OperationHeader(r) }
                     #expect(header.prevLSN == lsn - 200)
                     // The previous LSN is the varint right after the target; the new one has the same length.
@@ -236,7 +236,7 @@ import Testing
                     var sealed = ByteWriter()
                     sealed.append(record)
                     RecordChecksum.seal(&sealed, lsn: lsn)
-                    try txn.put(lsnKey, sealed.bytes, in: store.views.log)
+                    try txn.put(lsnKey, sealed.bytes, in: store.databases.log)
                 }
             }
             for attempt in [{ _ = try store.verify() }, { try store.rebuild() }] {

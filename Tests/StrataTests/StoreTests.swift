@@ -207,15 +207,15 @@ private func state(_ store: Store) throws -> [String] {
                 let store = try Store(path: path, options: options)
                 try store.createTable(tasksSchema)
                 try store.write { tx in for i in 1...20 { try tx.insert("tasks", ["id": .int(Int64(i)), "title": "t"]) } }
-                let inLMDB = try store.env.read { try $0.stats(store.views.rows).entries }
+                let inLMDB = try store.env.read { try $0.stats(store.databases.rows).entries }
                 #expect(inLMDB == 0)
                 #expect(try store.read { try $0.count("tasks") } == 20)
                 let report = try store.verify()
                 #expect(report.isConsistent && report.live["rows@checkpoint"]?.entries == 0, "\(report)")
                 try store.checkpoint()
-                #expect(try store.env.read { try $0.stats(store.views.rows).entries } == 20)
+                #expect(try store.env.read { try $0.stats(store.databases.rows).entries } == 20)
                 try store.write { tx in try tx.delete("tasks", key: 20) }
-                #expect(try store.env.read { try $0.stats(store.views.rows).entries } == 20)
+                #expect(try store.env.read { try $0.stats(store.databases.rows).entries } == 20)
             }
             // Closed with an overlay: the close checkpointed it.
             let store = try Store(path: path, options: options)
@@ -237,7 +237,7 @@ private func state(_ store: Store) throws -> [String] {
             try store.checkpoint()
             var key = ByteWriter(capacity: 16)
             try store.read { try $0.catalog.table(named: "tasks") }.encodeKey(3, into: &key)
-            _ = try store.env.write { try $0.delete(key.bytes, in: store.views.pending) }
+            _ = try store.env.write { try $0.delete(key.bytes, in: store.databases.pending) }
             let report = try store.verify()
             #expect(!report.isConsistent)
             #expect(report.differences.map(\.description) == ["pending: tasks 3 missing"])
@@ -256,7 +256,7 @@ private func state(_ store: Store) throws -> [String] {
             #expect(missing?.code == .io)
             do {
                 let store = try Store(path: path)
-                try store.env.write { try $0.setMeta(MetaKey.format, Store.formatVersion + 1, in: store.views) }
+                try store.env.write { try $0.setMeta(MetaKey.format, Store.formatVersion + 1, in: store.databases) }
             }
             let newer = #expect(throws: StrataError.self) { try Store(path: path) }
             #expect(newer?.code == .formatVersion)

@@ -1,10 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import StrataLibc
 
 /// LMDB 0.9's on-disk layout (mdb.c, `MDB_page`, `MDB_node`, `MDB_db`, `MDB_meta`; 64-bit,
 /// little-endian): what ``PageValidator`` reads, with the numbers named as mdb.c names them.

@@ -240,7 +240,7 @@ extension Store {
                 for schema in info.tables {
                     let t = try tx.catalog.table(named: schema.name)
                     var gone: [RowKey] = []
-                    try tx.snapshot.scanTable(t, in: tx.views.rows) { key, _ in
+                    try tx.snapshot.scanTable(t, in: tx.databases.rows) { key, _ in
                         if !(keep[schema.name]?.contains(Array(key)) ?? false) { gone.append(try t.decodeKey(key)) }
                         return true
                     }

@@ -14,9 +14,9 @@ import LMDB
 /// it is found at by a term that depends only on how the two LSNs differ, which
 /// ``status(_:lsn:rules:)`` looks up for each one-byte change of the key.
 ///
-/// Not checked in `OperationHeader.init`, which the write path runs several times per edit on
-/// a record it has just built; checked once per record wherever the log is read to rebuild,
-/// verify, compact, replay, salvage or show history.
+/// Not checked in `OperationHeader.init`; checked once per record wherever the log is read to
+/// rebuild, verify, compact, replay, salvage or show history. The write path seals the records
+/// it builds and never parses them back (``OperationHeader/start(_:origin:transactionOffset:carried:schemaBump:target:prevLSN:annotation:into:)``).
 enum RecordChecksum {
     /// What a record's checksum says.
     enum Status: Equatable {
@@ -147,9 +147,9 @@ extension ReadableTransaction {
     /// `checksumsFrom`, set when the store was created or migrated to store format 5, and
     /// `lsnCoveredFrom`, set when it was created or migrated to store format 7; 1 (every
     /// operation) when missing.
-    func checksumRules(in views: StoreDatabases) throws(StrataError) -> ChecksumRules {
+    func checksumRules(in databases: StoreDatabases) throws(StrataError) -> ChecksumRules {
         ChecksumRules(
-            checksumsFrom: try metaUInt64(MetaKey.checksumsFrom, in: views) ?? 1,
-            lsnCoveredFrom: try metaUInt64(MetaKey.lsnCoveredFrom, in: views) ?? 1)
+            checksumsFrom: try metaUInt64(MetaKey.checksumsFrom, in: databases) ?? 1,
+            lsnCoveredFrom: try metaUInt64(MetaKey.lsnCoveredFrom, in: databases) ?? 1)
     }
 }

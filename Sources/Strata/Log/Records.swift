@@ -258,7 +258,7 @@ struct StoredRow {
 }
 
 /// The header of an operation record, in any format.
-struct OperationHeader {
+struct OperationHeader: Equatable {
     var format: UInt8
     var kind: UInt8
     var origin: UInt8
@@ -288,7 +288,7 @@ struct OperationHeader {
             throw StrataError(.formatVersion, "an operation has format \(format); this version of Strata reads formats \(RecordFormat.oldestOperationFormat) to \(RecordFormat.operationFormat)")
         }
         // The checksum is checked by `RecordChecksum` where the log is evidence, not here:
-        // the write path parses each record it builds several times.
+        // once per record, not at each parse.
         if format >= RecordFormat.checksummedFormat {
             guard r.remaining >= RecordFormat.checksumSize else { throw r.corrupt("an operation shorter than its checksum") }
             r.offset += RecordFormat.checksumSize
@@ -375,6 +375,98 @@ struct OperationHeader {
     }
 }
 
+/// The write path's builder of operation records: it writes a record of the current format in
+/// two steps (the head, then, after the caller's field entries, the flags and the checksum) and
+/// returns the header with the bytes, so that the write path folds and appends the record it
+/// built without parsing it back. ``OperationHeader/init(_:)`` reads what these write.
+extension OperationHeader {
+    /// The flags byte's offset in a record of the compact layout: after the format, the
+    /// checksum and the kind.
+    private static let flagsOffset = 2 + RecordFormat.checksumSize
+
+    /// Starts an operation of the current format in `w` (emptied first), up to its field
+    /// entries, which the caller appends next; ``seal(_:flags:lsn:)`` completes it.
+    ///
+    /// - Parameters:
+    ///   - transactionOffset: how many LSNs back the transaction's first operation is; 0 for
+    ///     that operation, which carries the transaction's header (`carried`).
+    ///   - carried: the transaction's time and schema version, for its first operation.
+    ///   - schemaBump: the operation's schema version is one above its transaction's (never
+    ///     with `carried`, which holds the version already).
+    ///   - target: the `rows` key of the row.
+    ///   - prevLSN: the row's previous operation, 0 for none.
+    /// - Returns: the record's header, its row flags still empty: `seal` sets them.
+    static func start(
+        _ kind: LogEntry.Kind, origin: LogEntry.Origin, transactionOffset: UInt64,
+        carried: (timestampMicros: UInt64, schemaVersion: UInt64)?, schemaBump: Bool,
+        target: [UInt8], prevLSN: UInt64, annotation: [UInt8], into w: inout ByteWriter
+    ) -> OperationHeader {
+        w.reset()
+        w.append(RecordFormat.operationFormat)
+        // The checksum, written by `seal` once the record is complete.
+        w.append([0, 0, 0, 0])
+        w.append(kind.rawValue)
+        assert(w.count == flagsOffset)
+        w.append(0)
+        w.appendVarint(transactionOffset)
+        if let carried {
+            w.appendVarint(carried.timestampMicros)
+            w.appendVarint(carried.schemaVersion)
+        }
+        w.appendVarint(UInt64(target.count))
+        let targetStart = w.count
+        w.append(target)
+        w.appendVarint(prevLSN)
+        var annotationRange = w.count..<w.count
+        if !annotation.isEmpty {
+            w.appendVarint(UInt64(annotation.count))
+            annotationRange = w.count..<w.count + annotation.count
+            w.append(annotation)
+        }
+        return OperationHeader(
+            format: RecordFormat.operationFormat, kind: kind.rawValue, origin: origin.rawValue,
+            txnField: transactionOffset, carriedTime: carried?.timestampMicros,
+            carriedSchema: carried?.schemaVersion ?? 0, schemaBump: schemaBump,
+            target: targetStart..<targetStart + target.count, prevLSN: prevLSN, flagsAfter: [],
+            annotation: annotationRange, entriesStart: w.count
+        )
+    }
+
+    /// Completes the operation ``start(_:origin:transactionOffset:carried:schemaBump:target:prevLSN:annotation:into:)``
+    /// began in `w`, once its field entries follow: writes the row's flags after it (with the
+    /// operation's own bits) and seals the record for `lsn`, the LSN it is appended under.
+    mutating func seal(_ w: inout ByteWriter, flags: RowFlags, lsn: UInt64) {
+        flagsAfter = flags
+        var bits = flags.rawValue
+        if origin == LogEntry.Origin.server.rawValue { bits |= OperationBits.server }
+        if !annotation.isEmpty { bits |= OperationBits.annotation }
+        if carriesTransaction { bits |= OperationBits.carriesTransaction }
+        if schemaBump { bits |= OperationBits.schemaBump }
+        w.bytes[Self.flagsOffset] = bits
+        // Sealed once, with the LSN: the checksum covers the key too.
+        RecordChecksum.seal(&w, lsn: lsn)
+    }
+
+    private init(
+        format: UInt8, kind: UInt8, origin: UInt8, txnField: UInt64, carriedTime: UInt64?,
+        carriedSchema: UInt64, schemaBump: Bool, target: Range<Int>, prevLSN: UInt64,
+        flagsAfter: RowFlags, annotation: Range<Int>, entriesStart: Int
+    ) {
+        self.format = format
+        self.kind = kind
+        self.origin = origin
+        self.txnField = txnField
+        self.carriedTime = carriedTime
+        self.carriedSchema = carriedSchema
+        self.schemaBump = schemaBump
+        self.target = target
+        self.prevLSN = prevLSN
+        self.flagsAfter = flagsAfter
+        self.annotation = annotation
+        self.entriesStart = entriesStart
+    }
+}
+
 /// Rewrites of operation records, for the two places that move a transaction's header:
 /// compaction (when it splits a transaction) and salvage (when a transaction's first operation
 /// is lost).
@@ -405,71 +497,5 @@ enum OperationRecord {
         w.append(UnsafeRawBufferPointer(rebasing: record[header.target.lowerBound...]))
         RecordChecksum.seal(&w, lsn: lsn)
         return w.bytes
-    }
-}
-
-/// Applies an operation to a row state. Used by the write path and by rebuild alike, so a
-/// rebuilt view is the live view, byte for byte.
-enum RowFold {
-    /// Writes the row state that results from applying `op` (at `lsn`) to `old` into `out`.
-    ///
-    /// Returns `nil` when the row is gone, otherwise whether the row is pending (inserted,
-    /// deleted, conflicted, or with at least one dirty field).
-    ///
-    /// - Complexity: O(number of fields of the row and of the operation).
-    static func apply(
-        old: StoredRow?, op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64,
-        into out: inout ByteWriter
-    ) throws(StrataError) -> Bool? {
-        out.reset()
-        if header.flagsAfter.contains(.gone) { return nil }
-        out.append(header.flagsAfter.rawValue)
-        out.appendVarint(lsn)
-
-        var dirty = 0
-        var a = ByteReader(op, offset: header.entriesStart)
-        var b = old?.entries ?? ByteReader(UnsafeRawBufferPointer(start: nil, count: 0))
-        var x = try a.nextEntry()
-        var y = try b.nextEntry()
-        var lastID = -1
-        // Merge the two id-ordered entry lists; the operation's entry wins on equal ids.
-        while x != nil || y != nil {
-            if let e = x, y == nil || e.id <= y!.id {
-                guard e.id > lastID else { throw a.corrupt("operation fields out of order") }
-                lastID = e.id
-                if let f = y, f.id == e.id { y = try b.nextEntry() }
-                // A clean null entry removes the field (a conflict entry stays: it marks the field).
-                let isNull = !e.isDirty && !e.isConflict && op[e.current.lowerBound] == ValueTag.null
-                if !isNull {
-                    out.append(UnsafeRawBufferPointer(rebasing: op[e.whole]))
-                    if e.isDirty { dirty += 1 }
-                }
-                x = try a.nextEntry()
-            } else if let f = y {
-                out.append(old![f.whole])
-                if f.isDirty { dirty += 1 }
-                y = try b.nextEntry()
-            }
-        }
-        let flags = header.flagsAfter
-        return dirty > 0 || !flags.intersection([.inserted, .deleted, .conflicted]).isEmpty
-    }
-
-    /// Folds a row's operations, oldest first, onto `base` (a row state, or `nil` for no row):
-    /// the row state after the last one (`nil` when the row is gone) and whether it is pending.
-    static func fold(from base: [UInt8]? = nil, _ chain: [(lsn: UInt64, record: [UInt8])]) throws(StrataError) -> (state: [UInt8]?, pending: Bool) {
-        var state = base
-        var pending = try base.map { (b) throws(StrataError) in try withBytes(b) { (r) throws(StrataError) in try StoredRow(r).isPending } } ?? false
-        var out = ByteWriter(capacity: 256)
-        for (lsn, op) in chain {
-            let result = try withBytes(op) { (o) throws(StrataError) -> Bool? in
-                let header = try OperationHeader(o)
-                guard let s = state else { return try apply(old: nil, op: o, header: header, lsn: lsn, into: &out) }
-                return try withBytes(s) { (old) throws(StrataError) in try apply(old: try StoredRow(old), op: o, header: header, lsn: lsn, into: &out) }
-            }
-            state = result == nil ? nil : out.bytes
-            pending = result == true
-        }
-        return (state, pending)
     }
 }

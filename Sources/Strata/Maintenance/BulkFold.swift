@@ -1,12 +1,5 @@
 import LMDB
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import StrataLibc
 
 /// Folds a base snapshot and a whole log into the views of a write transaction, through memory.
 ///
@@ -34,7 +27,7 @@ import Darwin
 /// read back from the target (by the calling thread, between batches: the workers never touch
 /// LMDB).
 struct BulkFold {
-    private let views: StoreDatabases
+    private let databases: StoreDatabases
     private let catalog: Catalog
     /// The transaction the fold writes into: the one it was given, or, when it commits a scratch
     /// store in steps, the current step's.
@@ -68,14 +61,14 @@ struct BulkFold {
         partitions.reduce(0) { $0 + $1.memory } + filling.reduce(0) { $0 + $1.memory } + inFlight.reduce(0) { $0 + $1.memory }
     }
 
-    /// `rows`, `pending`, `gone`, `index` and `view` of `views` in `txn` must be empty (a new
+    /// `rows`, `pending`, `gone`, `index` and `view` of `databases` in `txn` must be empty (a new
     /// store, or one `rebuild` has just cleared). `workers` is the number of threads that fold
     /// (1: the calling thread alone).
-    init(views: StoreDatabases, catalog: Catalog, into txn: LMDB.WriteTransaction, budget: Int, workers: Int = 1) {
-        self.views = views
+    init(databases: StoreDatabases, catalog: Catalog, into txn: LMDB.WriteTransaction, budget: Int, workers: Int = 1) {
+        self.databases = databases
         self.catalog = catalog
         self.txn = txn
-        self.writer = ViewWriter(txn, views, overlay: nil)
+        self.writer = ViewWriter(txn, databases, overlay: nil)
         self.budget = budget
         let count = max(1, workers)
         partitions = (0..<count).map { _ in FoldPartition() }
@@ -230,11 +223,11 @@ struct BulkFold {
 
     private func readBack(_ p: FoldPartition, _ s: Int, from txn: some ReadableTransaction) throws(StrataError) {
         try p.withKey(s) { (target) throws(StrataError) in
-            if let state = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.rows) }) {
+            if let state = try lmdb({ () throws(LMDBError) in try txn.get(target, in: databases.rows) }) {
                 p.replaceState(s, with: state)
             }
-            if let g = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.gone) }) { p.setGone(s, try Self.lsn(g)) }
-            if let v = try lmdb({ () throws(LMDBError) in try txn.get(target, in: views.pending) }) { p.setPending(s, try Self.lsn(v)) }
+            if let g = try lmdb({ () throws(LMDBError) in try txn.get(target, in: databases.gone) }) { p.setGone(s, try Self.lsn(g)) }
+            if let v = try lmdb({ () throws(LMDBError) in try txn.get(target, in: databases.pending) }) { p.setPending(s, try Self.lsn(v)) }
         }
     }
 
@@ -281,7 +274,7 @@ struct BulkFold {
                     try environment.write { t in
                         next = start
                         txn = t
-                        writer = ViewWriter(t, views, overlay: nil)
+                        writer = ViewWriter(t, databases, overlay: nil)
                         return try writeRows(upTo: stepBytes)
                     }
                 }
@@ -300,13 +293,13 @@ struct BulkFold {
         let table = try self.table(slot.tableID)
         // Locals, not `self`: a closure that used `self` copied the whole fold (retaining and
         // releasing everything in it) once per row written.
-        let (views, txn, writer) = (self.views, self.txn, self.writer)
+        let (databases, txn, writer) = (self.databases, self.txn, self.writer)
         try p.withKey(s) { (k) throws(StrataError) in
             // The state the target held before this flush, for the index and view entries.
             var hadOld = false
             if !append {
                 old.reset()
-                if let o = try lmdb({ () throws(LMDBError) in try txn.get(k, in: views.rows) }) {
+                if let o = try lmdb({ () throws(LMDBError) in try txn.get(k, in: databases.rows) }) {
                     old.append(o)
                     hadOld = true
                 }
@@ -319,19 +312,19 @@ struct BulkFold {
                         // The log passed the unique checks when it was written; checking here,
                         // with rows written in key order instead of log order, could see a
                         // value still held by a row flushed later.
-                        try views.updateIndexesAndViews(table, target: k, old: before, new: after, in: writer, checkingUniqueness: false)
+                        try databases.updateIndexesAndViews(table, target: k, old: before, new: after, in: writer, checkingUniqueness: false)
                     }
                 }
             }
             try lmdb { () throws(LMDBError) in
                 let flags: PutFlags = append ? .append : []
                 if !slot.state.isEmpty {
-                    try withBytes(slot.state) { (v) throws(LMDBError) in try txn.put(k, v, in: views.rows, flags: flags) }
+                    try withBytes(slot.state) { (v) throws(LMDBError) in try txn.put(k, v, in: databases.rows, flags: flags) }
                 } else if !append {
-                    try txn.delete(k, in: views.rows)
+                    try txn.delete(k, in: databases.rows)
                 }
-                try Self.put(slot.gone, k, in: views.gone, flags: flags, txn)
-                try Self.put(slot.pendingSince, k, in: views.pending, flags: flags, txn)
+                try Self.put(slot.gone, k, in: databases.gone, flags: flags, txn)
+                try Self.put(slot.pendingSince, k, in: databases.pending, flags: flags, txn)
             }
         }
     }

@@ -95,13 +95,13 @@ extension Store {
     public func compact(retaining retention: Retention = Retention()) throws(StrataError) -> CompactionReport {
         return try strataErrors {
             try write { tx in
-                let txn = try tx.txn
-                let reader = txn.reader
+                let writer = try tx.writer
+                let reader = writer.reader
                 // The log after the checkpointed views must stay whole (other processes fold it), so
                 // the commit that moves the horizon also checkpoints.
                 tx.requestCheckpoint()
-                let previous = try reader.horizon(in: views)
-                let last = try reader.lastLSN(in: views)
+                let previous = try reader.horizon(in: databases)
+                let last = try reader.lastLSN(in: databases)
                 var target = last
                 if let n = retention.operations {
                     guard n >= 0 else { throw StrataError(.invalidOperation, "retention of \(n) operations: the count must not be negative") }
@@ -124,23 +124,23 @@ extension Store {
                 }
                 var folded = 0
                 if target > previous {
-                    folded = try fold(through: target, txn)
-                    try txn.setMeta(MetaKey.horizon, target, in: views)
+                    folded = try fold(through: target, writer)
+                    try writer.setMeta(MetaKey.horizon, target, in: databases)
                 } else {
                     target = previous
                 }
                 return CompactionReport(
                     foldedOperations: folded, previousHorizon: previous, horizon: target,
-                    remainingOperations: try lmdb { () throws(LMDBError) in try reader.stats(views.log).entries },
-                    baseRows: try lmdb { () throws(LMDBError) in try reader.stats(views.base).entries }, heldBy: heldBy)
+                    remainingOperations: try lmdb { () throws(LMDBError) in try reader.stats(databases.log).entries },
+                    baseRows: try lmdb { () throws(LMDBError) in try reader.stats(databases.base).entries }, heldBy: heldBy)
             }
         }
     }
 
     /// The LSN of the first operation after `lsn` whose timestamp is after `cutoff` (µs).
     private func firstOperation(after lsn: UInt64, newerThan cutoff: UInt64, _ reader: ViewReader) throws -> UInt64? {
-        let rules = try reader.checksumRules(in: views)
-        let (txn, log) = (reader.txn, views.log)
+        let rules = try reader.checksumRules(in: databases)
+        let (txn, log) = (reader.txn, databases.log)
         var cache: TransactionHeader? = nil
         return try txn.scan(log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: (lsn + 1).bigEndian) { Array($0) })
@@ -163,7 +163,7 @@ extension Store {
     /// The smallest LSN that made a row pending, `nil` when no row is pending.
     private func oldestPendingLSN(_ reader: ViewReader) throws -> UInt64? {
         var oldest: UInt64? = nil
-        try reader.scan(views.pending) { c in
+        try reader.scan(databases.pending) { c in
             var e = try c.first()
             while let entry = e {
                 let lsn = try Counter.decode(entry.value, database: StoreDatabases.names.pending, key: "a pending row's LSN")
@@ -182,13 +182,13 @@ extension Store {
         var folded = 0
         var state = ByteWriter(capacity: 512)
         // Folded operations leave the log for good: a damaged one must stop the compaction.
-        let rules = try txn.reader.checksumRules(in: views)
+        let rules = try txn.reader.checksumRules(in: databases)
         // Read before the log loses the transaction's first operation.
         let carrier = try carrierAfter(horizon, txn, rules: rules)
         while true {
             // A chunk at a time, copied out, so that no cursor is open while the log shrinks.
             var chunk: [(lsn: UInt64, record: [UInt8])] = []
-            try txn.reader.scan(views.log) { c in
+            try txn.reader.scan(databases.log) { c in
                 var e = try c.first()
                 while let entry = e, chunk.count < 1_000 {
                     let lsn = try Counter.lsn(key: entry.key)
@@ -203,37 +203,37 @@ extension Store {
                     try RecordChecksum.check(op, lsn: lsn, rules: rules)
                     let header = try OperationHeader(op)
                     let target = UnsafeRawBufferPointer(rebasing: op[header.target])
-                    let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.base).map { Array($0) } }
+                    let old = try lmdb { () throws(LMDBError) in try txn.get(target, in: databases.base).map { Array($0) } }
                     // The base snapshot keeps row states only: no `gone` or `pending` entries.
                     let result = try withBytes(old ?? []) { (o) throws(StrataError) -> Bool? in
                         try FoldStep.fold(old: old == nil ? nil : try StoredRow(o), wasPending: false, op: op, header: header, lsn: lsn, into: &state).isPending
                     }
                     try lmdb { () throws(LMDBError) in
                         if result == nil {
-                            try txn.delete(target, in: views.base)
+                            try txn.delete(target, in: databases.base)
                         } else {
-                            try state.withUnsafeBytes { (b) throws(LMDBError) in try txn.put(target, b, in: views.base) }
+                            try state.withUnsafeBytes { (b) throws(LMDBError) in try txn.put(target, b, in: databases.base) }
                         }
                         var key = lsn.bigEndian
-                        try Swift.withUnsafeBytes(of: &key) { (k) throws(LMDBError) in try txn.delete(k, in: views.log) }
+                        try Swift.withUnsafeBytes(of: &key) { (k) throws(LMDBError) in try txn.delete(k, in: databases.log) }
                     }
                 }
             }
             folded += chunk.count
         }
         if let (key, record) = carrier {
-            try lmdb { () throws(LMDBError) in try txn.put(key, record, in: views.log) }
+            try lmdb { () throws(LMDBError) in try txn.put(key, record, in: databases.log) }
         }
         // A removed row whose last operation was folded has no history left to reach.
         var dangling: [[UInt8]] = []
-        try txn.reader.scan(views.gone) { c in
+        try txn.reader.scan(databases.gone) { c in
             var e = try c.first()
             while let entry = e {
                 if try Counter.decode(entry.value, database: StoreDatabases.names.gone, key: "a removed row's LSN") <= horizon { dangling.append(Array(entry.key)) }
                 e = try c.next()
             }
         }
-        try lmdb { () throws(LMDBError) in for key in dangling { try txn.delete(key, in: views.gone) } }
+        try lmdb { () throws(LMDBError) in for key in dangling { try txn.delete(key, in: databases.gone) } }
         return folded
     }
 
@@ -247,7 +247,7 @@ extension Store {
         // The first operation after the horizon, wherever it is: not always at horizon + 1, since
         // a salvaged log has gaps where records were lost.
         let start = Swift.withUnsafeBytes(of: (horizon + 1).bigEndian) { Array($0) }
-        let found: (key: [UInt8], record: [UInt8])? = try reader.scan(views.log) { c in
+        let found: (key: [UInt8], record: [UInt8])? = try reader.scan(databases.log) { c in
             try c.seek(atLeast: start).map { (Array($0.key), Array($0.value)) }
         }
         guard let (key, next) = found else { return nil }
@@ -260,7 +260,7 @@ extension Store {
         // A transaction that starts after the horizon is not split: its header is not folded.
         guard try header.transactionID(at: lsn) <= horizon else { return nil }
         var cache: TransactionHeader? = nil
-        let transaction = try reader.transactionHeader(of: header, at: lsn, log: views.log, rules: rules, cache: &cache)
+        let transaction = try reader.transactionHeader(of: header, at: lsn, log: databases.log, rules: rules, cache: &cache)
         return (key, try withBytes(next) { (b) throws(StrataError) in try OperationRecord.carrying(transaction, b, lsn: lsn) })
     }
 
@@ -293,13 +293,13 @@ extension Transaction {
     /// For code that will read a stretch of history later: the sync client pins the operations
     /// made while an upload batch is in flight, since its acknowledgement must see them.
     package func pinLog(_ name: String, after lsn: UInt64) throws {
-        try txn.setMeta(MetaKey.pinPrefix + name, lsn, in: views)
+        try writer.setMeta(MetaKey.pinPrefix + name, lsn, in: databases)
     }
 
     /// Removes the log pin `name`; nothing happens when there is none.
     package func unpinLog(_ name: String) throws {
-        let txn = try self.txn
-        try lmdb { () throws(LMDBError) in try txn.delete(Array((MetaKey.pinPrefix + name).utf8), in: views.meta) }
+        let writer = try self.writer
+        try lmdb { () throws(LMDBError) in try writer.delete(Array((MetaKey.pinPrefix + name).utf8), in: databases.meta) }
     }
 }
 
@@ -307,7 +307,7 @@ extension Snapshot {
     /// The compaction horizon: every operation up to this LSN has been folded into the base
     /// snapshot and is no longer in the log. 0 when the store was never compacted.
     public var horizon: UInt64 {
-        get throws(StrataError) { try txn.horizon(in: views) }
+        get throws(StrataError) { try txn.horizon(in: databases) }
     }
 
     /// The log pins: name → LSN after which compaction keeps every operation. `StrataSync`
@@ -317,7 +317,7 @@ extension Snapshot {
         get throws(StrataError) {
             var pins: [String: UInt64] = [:]
             let prefix = Array(MetaKey.pinPrefix.utf8)
-            try txn.scan(views.meta) { c in
+            try txn.scan(databases.meta) { c in
                 var e = try c.seek(atLeast: prefix)
                 while let entry = e, entry.key.starts(with: prefix) {
                     let name = String(decoding: entry.key.dropFirst(prefix.count), as: UTF8.self)

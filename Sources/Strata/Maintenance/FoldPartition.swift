@@ -1,14 +1,7 @@
 import Dispatch
 import Foundation
 import LMDB
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import StrataLibc
 
 /// The rows of one partition of a ``BulkFold``: each row's state and its `gone` and `pending`
 /// entries, in an open-addressing hash table keyed by the row's `rows` key.

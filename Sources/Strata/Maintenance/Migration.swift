@@ -23,7 +23,7 @@ import LMDB
 /// every page it writes, so it would rewrite the whole log in the transaction that opens the
 /// store. docs/damaged-stores.md says what the counter leaves uncovered.
 enum Migration {
-    static func upgrade(from version: UInt64, _ txn: LMDB.WriteTransaction, _ views: StoreDatabases, path: String) throws(StrataError) {
+    static func upgrade(from version: UInt64, _ txn: LMDB.WriteTransaction, _ databases: StoreDatabases, path: String) throws(StrataError) {
         var v = version
         while v < Store.formatVersion {
             switch v {
@@ -36,29 +36,29 @@ enum Migration {
                 break
             case 3:
                 // Format 3 kept the views in the same transaction as the log.
-                try txn.setMeta(MetaKey.viewsLSN, try txn.lastLSN(in: views), in: views)
+                try txn.setMeta(MetaKey.viewsLSN, try txn.lastLSN(in: databases), in: databases)
             case 4:
                 // Older operations keep their format and carry no checksum; every new one does.
-                let last = try txn.lastLSN(in: views)
+                let last = try txn.lastLSN(in: databases)
                 guard last < Counter.limit else {
                     throw StrataError(.corruptRecord, "the store at '\(path)' has a last LSN of \(last), out of range; it cannot be migrated")
                 }
-                try txn.setMeta(MetaKey.checksumsFrom, last + 1, in: views)
+                try txn.setMeta(MetaKey.checksumsFrom, last + 1, in: databases)
             case 5:
                 // Older operations carry their own transaction headers; new ones are format 4.
                 break
             case 6:
                 // Older operations keep checksums of their content only; every new one's covers its LSN.
-                let last = try txn.lastLSN(in: views)
+                let last = try txn.lastLSN(in: databases)
                 guard last < Counter.limit else {
                     throw StrataError(.corruptRecord, "the store at '\(path)' has a last LSN of \(last), out of range; it cannot be migrated")
                 }
-                try txn.setMeta(MetaKey.lsnCoveredFrom, last + 1, in: views)
+                try txn.setMeta(MetaKey.lsnCoveredFrom, last + 1, in: databases)
             default:
                 throw StrataError(.formatVersion, "the store at '\(path)' has format \(v), which no version of Strata wrote; it cannot be migrated")
             }
             v += 1
         }
-        try txn.setMeta(MetaKey.format, v, in: views)
+        try txn.setMeta(MetaKey.format, v, in: databases)
     }
 }

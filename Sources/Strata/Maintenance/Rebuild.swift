@@ -1,13 +1,6 @@
 import Foundation
 import LMDB
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import StrataLibc
 
 /// What ``Store/verify(progress:)`` found.
 public struct VerifyReport: Sendable, CustomStringConvertible {
@@ -136,13 +129,13 @@ extension Store {
     public func rebuild(progress: ((_ done: Int, _ total: Int) -> Void)? = nil) throws(StrataError) -> Int {
         return try strataErrors {
             try write { tx in
-                let txn = try tx.txn.writeTxn!
+                let txn = try tx.writer.writeTxn!
                 // Straight into LMDB: the overlay is dropped, and the commit records the views as
                 // current through the log's end.
                 tx.overlay.version = .empty(at: tx.lastLSN)
                 tx.requestCheckpoint()
-                try Store.mappingStorageErrors { try views.derived.forEach { try txn.clear($0) } }
-                return try Store.fold(from: txn.reader, views, into: txn, views, catalog: tx.catalog, budget: options.foldMemoryLimit, workers: options.foldWorkers, progress: progress)
+                try Store.mappingStorageErrors { try databases.derived.forEach { try txn.clear($0) } }
+                return try Store.fold(from: txn.reader, databases, into: txn, databases, catalog: tx.catalog, budget: options.foldMemoryLimit, workers: options.foldWorkers, progress: progress)
             }
         }
     }
@@ -171,7 +164,7 @@ extension Store {
             options.mapSize = max(env.usedBytes * 2, 16 << 20)
             return try Store.mappingStorageErrors {
                 let scratch = try Environment(path: scratchPath, options: options)
-                let scratchViews = try scratch.write { try StoreDatabases.open($0) }
+                let scratchDatabases = try scratch.write { try StoreDatabases.open($0) }
                 return try env.read { txn in
                     let catalog = try currentCatalog(txn)
                     let version = try overlayVersion(for: txn)
@@ -185,20 +178,20 @@ extension Store {
                         // The scratch store is committed in steps: one transaction would keep all of
                         // its dirty pages in memory.
                         let target = try scratch.write { target in
-                            try views.derived.forEach { try target.clear($0) }
-                            return BulkFold(views: scratchViews, catalog: catalog, into: target, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers)
+                            try databases.derived.forEach { try target.clear($0) }
+                            return BulkFold(databases: scratchDatabases, catalog: catalog, into: target, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers)
                         }
                         var fold = target
                         fold.commitsInSteps(scratch)
-                        var checks = LogChecks(rules: try txn.checksumRules(in: views))
+                        var checks = LogChecks(rules: try txn.checksumRules(in: databases))
                         // The scan below checked every checksum through the overlay's LSN, in this
                         // same read transaction.
                         checks.checkedThrough = version.lsn
-                        let count = try Store.fold(from: txn, views, into: &fold, through: lsn, checks: &checks, progress: suffix.isEmpty ? progress : nil)
+                        let count = try Store.fold(from: txn, databases, into: &fold, through: lsn, checks: &checks, progress: suffix.isEmpty ? progress : nil)
                         try scratch.read { rebuilt in
                             let databases: [(VerifyReport.Difference.View, Database, Database)] = [
-                                (.rows, views.rows, scratchViews.rows), (.pending, views.pending, scratchViews.pending), (.gone, views.gone, scratchViews.gone),
-                                (.index, views.index, scratchViews.index), (.view, views.view, scratchViews.view),
+                                (.rows, databases.rows, scratchDatabases.rows), (.pending, databases.pending, scratchDatabases.pending), (.gone, databases.gone, scratchDatabases.gone),
+                                (.index, databases.index, scratchDatabases.index), (.view, databases.view, scratchDatabases.view),
                             ]
                             for (view, a, b) in databases {
                                 let (l, r) = try compare(view, checkpointed: checkpointed, live, a, rebuilt, b, catalog: catalog, into: &differences)
@@ -210,7 +203,7 @@ extension Store {
                     }
                     // Every checksum first, every damaged operation named: the fold would stop at the
                     // first, and could not fold the rows it touched without it.
-                    let scan = try Store.checkLog(from: txn, views, through: version.lsn)
+                    let scan = try Store.checkLog(from: txn, databases, through: version.lsn)
                     guard scan.damaged.isEmpty else {
                         var report = VerifyReport(operations: scan.operations, live: [:], rebuilt: [:], differences: [])
                         report.damagedOperations = scan.damaged.map { .init(lsn: $0.lsn, reason: $0.why) }
@@ -218,10 +211,10 @@ extension Store {
                         report.operationsWithoutLSNInChecksum = scan.lsnUncovered
                         return report
                     }
-                    let count = try check(ViewReader(txn: txn, views: views, overlay: OverlayBuffer(version)), through: version.lsn, checkpointed: false)
+                    let count = try check(ViewReader(txn: txn, databases: databases, overlay: OverlayBuffer(version)), through: version.lsn, checkpointed: false)
                     if !version.isEmpty {
-                        let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? version.lsn
-                        _ = try check(ViewReader(txn: txn, views: views, overlay: nil), through: viewsLSN, checkpointed: true)
+                        let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: databases) ?? version.lsn
+                        _ = try check(ViewReader(txn: txn, databases: databases, overlay: nil), through: viewsLSN, checkpointed: true)
                     }
                     var report = VerifyReport(operations: count, live: liveSums, rebuilt: rebuiltSums, differences: differences)
                     report.operationsWithoutChecksum = scan.unchecksummed
@@ -240,7 +233,7 @@ extension Store {
         from reader: some ReadableTransaction, _ source: StoreDatabases, into txn: LMDB.WriteTransaction, _ target: StoreDatabases, catalog: Catalog, budget: Int, workers: Int = 1,
         through: UInt64 = .max, copying: Bool = false, progress: ((_ done: Int, _ total: Int) -> Void)? = nil
     ) throws(StrataError) -> Int {
-        var fold = BulkFold(views: target, catalog: catalog, into: txn, budget: budget, workers: workers)
+        var fold = BulkFold(databases: target, catalog: catalog, into: txn, budget: budget, workers: workers)
         _ = try foldBase(from: reader, base: source.base, into: &fold, copyTo: copying ? (txn, target.base) : nil)
         var checks = LogChecks(rules: try reader.checksumRules(in: source))
         let count = try foldLog(from: reader, log: source.log, into: &fold, through: through, checks: &checks, copyTo: copying ? (txn, target.log) : nil, progress: progress)
@@ -261,20 +254,20 @@ extension Store {
         return count
     }
 
-    /// Checks the checksum of every operation of `views`' log (read through `reader`) up to
+    /// Checks the checksum of every operation of `databases`' log (read through `reader`) up to
     /// LSN `through`, collecting the damaged ones rather than stopping at the first; and that
     /// each operation's transaction header is where readers look for it (``RecordFormat``: in
     /// the first operation of its transaction in the log, and a transaction's operations are
     /// consecutive, so in the last operation before it that carries one).
     ///
     /// - Complexity: O(b) for b bytes of operations.
-    static func checkLog(from reader: some ReadableTransaction, _ views: StoreDatabases, through: UInt64) throws(StrataError) -> LogChecks {
-        var checks = LogChecks(rules: try reader.checksumRules(in: views))
+    static func checkLog(from reader: some ReadableTransaction, _ databases: StoreDatabases, through: UInt64) throws(StrataError) -> LogChecks {
+        var checks = LogChecks(rules: try reader.checksumRules(in: databases))
         var carried: UInt64? = nil
         // After a damaged record, which may have been a transaction's first, the rest of its
         // transaction is not blamed for a header it could not read.
         var afterDamage = false
-        try reader.scan(views.log) { c in
+        try reader.scan(databases.log) { c in
             var e = try c.first()
             while let entry = e {
                 let lsn = try Counter.lsn(key: entry.key)
@@ -492,13 +485,13 @@ struct Digest {
 enum Invariants {
     /// Re-folds the row `target` from its chain of operations and checks the live `rows` and
     /// `pending` entries equal the result.
-    static func checkRow(_ target: [UInt8], txn: ViewWriter, views: StoreDatabases) throws(StrataError) {
-        let (state, pending) = try strataErrors { try txn.reader.foldChain(of: target, views: views) }
-        let live = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.rows).map { Array($0) } }
+    static func checkRow(_ target: [UInt8], txn: ViewWriter, databases: StoreDatabases) throws(StrataError) {
+        let (state, pending) = try strataErrors { try txn.reader.foldChain(of: target, databases: databases) }
+        let live = try lmdb { () throws(LMDBError) in try txn.get(target, in: databases.rows).map { Array($0) } }
         guard live == state else {
             throw StrataError(.corruptRecord, "invariant: the live row differs from the fold of its operations")
         }
-        let livePending = try lmdb { () throws(LMDBError) in try txn.get(target, in: views.pending) } != nil
+        let livePending = try lmdb { () throws(LMDBError) in try txn.get(target, in: databases.pending) } != nil
         guard livePending == pending else {
             throw StrataError(.corruptRecord, "invariant: the pending view says \(livePending), the fold says \(pending)")
         }

@@ -51,33 +51,33 @@ extension Store {
                         try target.env.write { txn in
                             // The catalog as it is now: operations name tables and fields by id, and ids
                             // are never reused, so the current catalog reads every older operation.
-                            if let catalog = try source.meta(MetaKey.catalog, in: views) {
-                                try txn.setMeta(MetaKey.catalog, Array(catalog), in: target.views)
+                            if let catalog = try source.meta(MetaKey.catalog, in: databases) {
+                                try txn.setMeta(MetaKey.catalog, Array(catalog), in: target.databases)
                             }
-                            try txn.setMeta(MetaKey.catalogVersion, try source.metaUInt64(MetaKey.catalogVersion, in: views) ?? 0, in: target.views)
+                            try txn.setMeta(MetaKey.catalogVersion, try source.metaUInt64(MetaKey.catalogVersion, in: databases) ?? 0, in: target.databases)
                             // A compacted store starts from its base snapshot, which the replay keeps.
-                            try txn.setMeta(MetaKey.horizon, horizon, in: target.views)
+                            try txn.setMeta(MetaKey.horizon, horizon, in: target.databases)
                             // The operations are copied as they are, under the same LSNs: those before
                             // checksums stay without, those before format 5 with checksums that do
                             // not cover their LSN.
-                            let rules = try source.checksumRules(in: views)
-                            try txn.setMeta(MetaKey.checksumsFrom, rules.checksumsFrom, in: target.views)
-                            try txn.setMeta(MetaKey.lsnCoveredFrom, rules.lsnCoveredFrom, in: target.views)
+                            let rules = try source.checksumRules(in: databases)
+                            try txn.setMeta(MetaKey.checksumsFrom, rules.checksumsFrom, in: target.databases)
+                            try txn.setMeta(MetaKey.lsnCoveredFrom, rules.lsnCoveredFrom, in: target.databases)
                         }
-                        try Store.copyInSteps(from: source, views.base, to: target.env, target.views.base, through: .max, stepBytes: stepBytes)
-                        try Store.copyInSteps(from: source, views.log, to: target.env, target.views.log, through: lsn, stepBytes: stepBytes)
+                        try Store.copyInSteps(from: source, databases.base, to: target.env, target.databases.base, through: .max, stepBytes: stepBytes)
+                        try Store.copyInSteps(from: source, databases.log, to: target.env, target.databases.log, through: lsn, stepBytes: stepBytes)
                         // The fold checks every checksum as it reads: a damaged operation fails the
                         // replay, and the half-built store is removed.
                         var fold = try target.env.write { txn in
-                            BulkFold(views: target.views, catalog: catalog, into: txn, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers)
+                            BulkFold(databases: target.databases, catalog: catalog, into: txn, budget: self.options.foldMemoryLimit, workers: self.options.foldWorkers)
                         }
                         fold.commitsInSteps(target.env)
-                        var checks = LogChecks(rules: try source.checksumRules(in: views))
-                        _ = try Store.fold(from: source, views, into: &fold, through: lsn, checks: &checks, progress: progress)
+                        var checks = LogChecks(rules: try source.checksumRules(in: databases))
+                        _ = try Store.fold(from: source, databases, into: &fold, through: lsn, checks: &checks, progress: progress)
                         try target.env.write { txn in
                             // The fold wrote the views themselves: they are current through the last
                             // operation copied.
-                            try txn.setMeta(MetaKey.viewsLSN, try txn.lastLSN(in: target.views), in: target.views)
+                            try txn.setMeta(MetaKey.viewsLSN, try txn.lastLSN(in: target.databases), in: target.databases)
                         }
                     }
                 }

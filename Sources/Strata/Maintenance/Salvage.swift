@@ -279,32 +279,32 @@ extension Store {
                     let store = try Store(path: building)
                     defer { store.close() }
                     try store.env.write { txn in
-                        let views = store.views
-                        try txn.setMeta(MetaKey.catalog, catalogBytes, in: views)
-                        try txn.setMeta(MetaKey.catalogVersion, meta.catalogVersion, in: views)
-                        if let id = meta.entries[MetaKey.clientID] { try txn.setMeta(MetaKey.clientID, id, in: views) }
-                        try txn.setMeta(MetaKey.lastTxn, lastTxn, in: views)
+                        let databases = store.databases
+                        try txn.setMeta(MetaKey.catalog, catalogBytes, in: databases)
+                        try txn.setMeta(MetaKey.catalogVersion, meta.catalogVersion, in: databases)
+                        if let id = meta.entries[MetaKey.clientID] { try txn.setMeta(MetaKey.clientID, id, in: databases) }
+                        try txn.setMeta(MetaKey.lastTxn, lastTxn, in: databases)
                         for (key, value) in meta.entries where key.hasPrefix("p:") || key.hasPrefix(MetaKey.pinPrefix) || key.hasPrefix(MetaKey.libraryPrefix) {
                             if key.hasPrefix(MetaKey.pinPrefix), value.count != 8 { continue }
-                            try txn.setMeta(key, value, in: views)
+                            try txn.setMeta(key, value, in: databases)
                         }
                         for (lsn, record) in kept {
                             try lmdb { () throws(LMDBError) in
                                 var k = lsn.bigEndian
                                 try Swift.withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in
-                                    try withBytes(record) { (v) throws(LMDBError) in try txn.put(kb, v, in: views.log, flags: .append) }
+                                    try withBytes(record) { (v) throws(LMDBError) in try txn.put(kb, v, in: databases.log, flags: .append) }
                                 }
                             }
                         }
                         // The log may have gaps (lost records), which a fold of its tail refuses: the
                         // views are marked current here, and the rebuild below makes them so.
-                        if let last = kept.last { try txn.setMeta(MetaKey.viewsLSN, last.lsn, in: views) }
+                        if let last = kept.last { try txn.setMeta(MetaKey.viewsLSN, last.lsn, in: databases) }
                         // Operations without a checksum, or with one that does not cover their LSN,
                         // are kept as they are: the new store requires one only after the last of them.
                         let unchecksummed = kept.last { $0.record.first.map { $0 < RecordFormat.checksummedFormat } ?? false }
-                        try txn.setMeta(MetaKey.checksumsFrom, (unchecksummed?.lsn ?? 0) + 1, in: views)
+                        try txn.setMeta(MetaKey.checksumsFrom, (unchecksummed?.lsn ?? 0) + 1, in: databases)
                         let uncovered = kept.last { $0.record.first.map { $0 < RecordFormat.lsnCoveredFormat } ?? false }
-                        try txn.setMeta(MetaKey.lsnCoveredFrom, (uncovered?.lsn ?? 0) + 1, in: views)
+                        try txn.setMeta(MetaKey.lsnCoveredFrom, (uncovered?.lsn ?? 0) + 1, in: databases)
                     }
                 }
                 try beforeBuildingViews()

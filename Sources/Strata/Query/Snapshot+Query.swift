@@ -238,7 +238,7 @@ extension Snapshot {
     func candidates(_ t: TableInfo, _ index: IndexInfo, _ ranges: [(low: [UInt8], high: [UInt8])]) throws -> [Row] {
         var keys: [[UInt8]] = []
         var seen = Set<[UInt8]>()
-        try txn.scan(views.index) { c in
+        try txn.scan(databases.index) { c in
             for (low, high) in ranges {
                 var e = try c.seek(atLeast: low)
                 let openEnd = high.count == 4
@@ -274,7 +274,7 @@ extension Snapshot {
     func rowAt(_ rowsKey: [UInt8], _ t: TableInfo) throws(StrataError) -> Row? {
         let txn = try self.txn
         return try withBytes(rowsKey) { (k) throws(StrataError) -> Row? in
-            guard let record = try lmdb({ () throws(LMDBError) in try txn.get(k, in: views.rows) }) else { return nil }
+            guard let record = try lmdb({ () throws(LMDBError) in try txn.get(k, in: databases.rows) }) else { return nil }
             return try Row(table: t, rowsKey: k, record: record)
         }
     }
@@ -294,7 +294,7 @@ extension Snapshot {
         }
         var prefix = ByteWriter(capacity: 4)
         prefix.appendBigEndian(index.id)
-        try txn.scan(views.index) { c in
+        try txn.scan(databases.index) { c in
             var e = try c.seek(atLeast: from ?? prefix.bytes)
             while let entry = e, entry.key.starts(with: prefix.bytes) {
                 let split = try rowKeyStart(entry.key, index)

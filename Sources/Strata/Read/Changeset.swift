@@ -177,14 +177,14 @@ extension Snapshot {
             w.appendVarint(UInt64(t.keyFieldIDs.count))
             w.appendVarint(UInt64(t.fieldNames.count))
             for name in t.fieldNames { w.appendValue(.string(name)) }
-            try txn.scan(views.rows) { rows in
+            try txn.scan(databases.rows) { rows in
                 // The rows cursor moves forward with the pending scan (both are in key order). When
                 // most rows are pending the next row is usually the one wanted, and stepping to it
                 // is cheaper than a seek's binary search; a few steps without a match mean a gap,
                 // which a seek crosses.
                 var row: LMDB.Entry? = nil
                 var dirty: [Range<Int>] = []
-                try scanTable(t, in: views.pending) { key, _ in
+                try scanTable(t, in: databases.pending) { key, _ in
                     var steps = 0
                     while let r = row, compareBytes(r.key, key) < 0, steps < 4 {
                         row = try rows.next()
@@ -207,7 +207,7 @@ extension Snapshot {
     /// share of the `rows` pages. Pages of the reservation that are never written are never
     /// touched, so an overestimate costs address space, not memory.
     private func payloadEstimate() throws -> Int {
-        let rows = try txn.stats(views.rows), pending = try txn.stats(views.pending)
+        let rows = try txn.stats(databases.rows), pending = try txn.stats(databases.pending)
         guard rows.entries > 0 else { return 1 << 12 }
         let rowBytes = (rows.leafPages + rows.overflowPages) * rows.pageSize
         let share = Double(min(pending.entries, rows.entries)) / Double(rows.entries)

@@ -14,8 +14,8 @@ extension Snapshot {
         let tables = try table.map { [try catalog.table(named: $0)] } ?? catalog.tables.values.sorted { $0.id < $1.id }
         var going = true
         for t in tables where going {
-            try scanTable(t, in: views.pending) { k, _ in
-                guard let record = try lmdb({ () throws(LMDBError) in try txn.get(k, in: views.rows) }) else {
+            try scanTable(t, in: databases.pending) { k, _ in
+                guard let record = try lmdb({ () throws(LMDBError) in try txn.get(k, in: databases.rows) }) else {
                     throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: k)), which has no row")
                 }
                 going = try body(try Row(table: t, rowsKey: k, record: record))
@@ -37,17 +37,17 @@ extension Snapshot {
         try t.encodeKey(key, into: &k)
         let txn = try self.txn
         var lsns: [UInt64] = []
-        let rules = try txn.checksumRules(in: views)
-        try txn.forEachInChain(of: k.bytes, views: views) { lsn, _ in lsns.append(lsn) }
+        let rules = try txn.checksumRules(in: databases)
+        try txn.forEachInChain(of: k.bytes, databases: databases) { lsn, _ in lsns.append(lsn) }
         var cache: TransactionHeader? = nil
         for lsn in lsns.reversed() {
             var keyBE = lsn.bigEndian
-            let found = try lmdb { () throws(LMDBError) in try Swift.withUnsafeBytes(of: &keyBE) { (kb) throws(LMDBError) in try txn.get(kb, in: views.log) } }
+            let found = try lmdb { () throws(LMDBError) in try Swift.withUnsafeBytes(of: &keyBE) { (kb) throws(LMDBError) in try txn.get(kb, in: databases.log) } }
             guard let record = found else {
                 throw StrataError(.corruptRecord, "the history of a row names LSN \(lsn), which is not in the log")
             }
             let op = try LogEntry(lsn: lsn, record: record, catalog: catalog, rules: rules) { (h) throws(StrataError) in
-                try txn.txn.transactionHeader(of: h, at: lsn, log: views.log, rules: rules, cache: &cache)
+                try txn.txn.transactionHeader(of: h, at: lsn, log: databases.log, rules: rules, cache: &cache)
             }
             guard try body(op) else { return }
         }

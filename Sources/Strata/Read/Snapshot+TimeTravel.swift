@@ -17,11 +17,11 @@ extension Snapshot {
             let t = try catalog.table(named: table)
             var k = ByteWriter(capacity: 32)
             try t.encodeKey(key, into: &k)
-            let horizon = try txn.horizon(in: views)
+            let horizon = try txn.horizon(in: databases)
             guard lsn >= horizon else {
                 throw StrataError(.compacted, "LSN \(lsn) is before the compaction horizon (\(horizon)): the operations up to it were folded into the base snapshot")
             }
-            let state = try txn.foldChain(of: k.bytes, views: views, through: lsn).state
+            let state = try txn.foldChain(of: k.bytes, databases: databases, through: lsn).state
             guard let state else { return nil }
             let row = try withBytes(state) { (record) throws(StrataError) in
                 try k.withUnsafeBytes { (kb) throws(StrataError) in try Row(table: t, rowsKey: kb, record: record) }

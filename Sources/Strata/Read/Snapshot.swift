@@ -9,15 +9,15 @@ import LMDB
 public struct Snapshot {
     /// LMDB's snapshot with the overlay that belongs with it; reached through ``txn``.
     private let reader: ViewReader
-    let views: StoreDatabases
+    let databases: StoreDatabases
     /// The catalog as of this snapshot; reached through ``catalog``.
     private let lentCatalog: Catalog
     /// Ends when the closure that lent the snapshot returns.
     private let lease: Lease
 
-    init(txn: ViewReader, views: StoreDatabases, catalog: Catalog, lease: Lease) {
+    init(txn: ViewReader, databases: StoreDatabases, catalog: Catalog, lease: Lease) {
         self.reader = txn
-        self.views = views
+        self.databases = databases
         self.lentCatalog = catalog
         self.lease = lease
     }
@@ -61,7 +61,7 @@ public struct Snapshot {
 
     /// The LSN of the last committed operation, 0 for an empty log.
     public var lastLSN: UInt64 {
-        get throws(StrataError) { try txn.lastLSN(in: views) }
+        get throws(StrataError) { try txn.lastLSN(in: databases) }
     }
 
     // MARK: Rows
@@ -76,7 +76,7 @@ public struct Snapshot {
         var k = ByteWriter(capacity: 32)
         try t.encodeKey(key, into: &k)
         return try k.withUnsafeBytes { (kb) throws(StrataError) -> Row? in
-            guard let record = try lmdb({ () throws(LMDBError) in try txn.get(kb, in: views.rows) }) else { return nil }
+            guard let record = try lmdb({ () throws(LMDBError) in try txn.get(kb, in: databases.rows) }) else { return nil }
             let row = try Row(table: t, rowsKey: kb, record: record)
             return row.status == .deleted && !includingDeleted ? nil : row
         }
@@ -87,7 +87,7 @@ public struct Snapshot {
     /// - Complexity: O(n) for n rows of the table.
     public func forEachRow(_ table: String, includingDeleted: Bool = false, _ body: (Row) throws -> Bool) throws {
         let t = try catalog.table(named: table)
-        try scanTable(t, in: views.rows) { k, v in
+        try scanTable(t, in: databases.rows) { k, v in
             let row = try Row(table: t, rowsKey: k, record: v)
             if row.status == .deleted && !includingDeleted { return true }
             return try body(row)
@@ -112,7 +112,7 @@ public struct Snapshot {
         return try strataErrors {
             let t = try catalog.table(named: table)
             var n = 0
-            try scanTable(t, in: views.rows) { _, v in
+            try scanTable(t, in: databases.rows) { _, v in
                 let deleted = try RowHeader(v).flags.contains(.deleted)
                 if includingDeleted || !deleted { n += 1 }
                 return true
@@ -131,8 +131,8 @@ public struct Snapshot {
             let tables = try table.map { [try catalog.table(named: $0)] } ?? catalog.tables.values.sorted { $0.id < $1.id }
             var rows: [Row] = []
             for t in tables {
-                try scanTable(t, in: views.pending) { k, _ in
-                    guard let record = try lmdb({ () throws(LMDBError) in try txn.get(k, in: views.rows) }) else {
+                try scanTable(t, in: databases.pending) { k, _ in
+                    guard let record = try lmdb({ () throws(LMDBError) in try txn.get(k, in: databases.rows) }) else {
                         throw StrataError(.corruptRecord, "the pending view names \(catalog.describe(rowsKey: k)), which has no row")
                     }
                     rows.append(try Row(table: t, rowsKey: k, record: record))
@@ -163,8 +163,8 @@ public struct Snapshot {
     ///
     /// - Complexity: O(k) for k operations visited, plus O(log n) to find the first.
     public func forEachOperation(from: UInt64 = 1, through: UInt64 = .max, _ body: (LogEntry) throws -> Bool) throws {
-        let rules = try txn.checksumRules(in: views)
-        let (lmdbTxn, log) = (try self.txn.txn, views.log)
+        let rules = try txn.checksumRules(in: databases)
+        let (lmdbTxn, log) = (try self.txn.txn, databases.log)
         var cache: TransactionHeader? = nil
         try lmdbTxn.scan(log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: from.bigEndian) { Array($0) })
@@ -201,12 +201,12 @@ public struct Snapshot {
             var k = ByteWriter(capacity: 40)
             try t.encodeKey(key, into: &k)
             var entries: [LogEntry] = []
-            let rules = try txn.checksumRules(in: views)
+            let rules = try txn.checksumRules(in: databases)
             let lmdbTxn = try txn.txn
             var cache: TransactionHeader? = nil
-            try txn.forEachInChain(of: k.bytes, views: views) { lsn, record in
+            try txn.forEachInChain(of: k.bytes, databases: databases) { lsn, record in
                 entries.append(try LogEntry(lsn: lsn, record: record, catalog: catalog, rules: rules) { (h) throws(StrataError) in
-                    try lmdbTxn.transactionHeader(of: h, at: lsn, log: views.log, rules: rules, cache: &cache)
+                    try lmdbTxn.transactionHeader(of: h, at: lsn, log: databases.log, rules: rules, cache: &cache)
                 })
             }
             return entries.reversed()
@@ -219,27 +219,27 @@ extension Snapshot: Sendable {}
 
 extension ViewReader {
     /// The LSN of the operation that removed the row at `target`, 0 when it was never removed.
-    func goneLSN(_ target: [UInt8], views: StoreDatabases) throws(StrataError) -> UInt64 {
-        guard let b = try lmdb({ () throws(LMDBError) in try get(target, in: views.gone) }) else { return 0 }
+    func goneLSN(_ target: [UInt8], databases: StoreDatabases) throws(StrataError) -> UInt64 {
+        guard let b = try lmdb({ () throws(LMDBError) in try get(target, in: databases.gone) }) else { return 0 }
         return try Counter.decode(b, database: StoreDatabases.names.gone, key: "a removed row's LSN")
     }
 
     /// Calls `body` with each operation on the row at `target` still in the log, newest first,
     /// following the chain of `prevLSN`s from the row's last operation (or from the one that
     /// removed it) down to the compaction horizon.
-    func forEachInChain(of target: [UInt8], views: StoreDatabases, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
+    func forEachInChain(of target: [UInt8], databases: StoreDatabases, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Void) throws {
         var lsn: UInt64
-        if let row = try lmdb({ () throws(LMDBError) in try get(target, in: views.rows) }) {
+        if let row = try lmdb({ () throws(LMDBError) in try get(target, in: databases.rows) }) {
             lsn = try RowHeader(row).lastLSN
         } else {
-            lsn = try goneLSN(target, views: views)
+            lsn = try goneLSN(target, databases: databases)
         }
         // Operations up to the horizon were folded into `base`; the chain continues there.
-        let horizon = try horizon(in: views)
-        let rules = try checksumRules(in: views)
+        let horizon = try horizon(in: databases)
+        let rules = try checksumRules(in: databases)
         while lsn > horizon {
             var key = lsn.bigEndian
-            let found = try lmdb { () throws(LMDBError) in try Swift.withUnsafeBytes(of: &key) { (k) throws(LMDBError) in try get(k, in: views.log) } }
+            let found = try lmdb { () throws(LMDBError) in try Swift.withUnsafeBytes(of: &key) { (k) throws(LMDBError) in try get(k, in: databases.log) } }
             guard let record = found else {
                 throw StrataError(.corruptRecord, "the history of a row names LSN \(lsn), which is not in the log")
             }
@@ -257,12 +257,12 @@ extension ViewReader {
     /// The row at `target` as the fold of its chain: its state in `base` (if compaction left
     /// one), then its operations in the log up to LSN `through`, oldest first. `nil` when the row
     /// did not exist then; also whether it was pending.
-    func foldChain(of target: [UInt8], views: StoreDatabases, through: UInt64 = .max) throws -> (state: [UInt8]?, pending: Bool) {
+    func foldChain(of target: [UInt8], databases: StoreDatabases, through: UInt64 = .max) throws -> (state: [UInt8]?, pending: Bool) {
         var chain: [(lsn: UInt64, record: [UInt8])] = []
-        try forEachInChain(of: target, views: views) { lsn, record in
+        try forEachInChain(of: target, databases: databases) { lsn, record in
             if lsn <= through { chain.append((lsn, Array(record))) }
         }
-        let base = try lmdb { () throws(LMDBError) in try get(target, in: views.base).map(Array.init) }
+        let base = try lmdb { () throws(LMDBError) in try get(target, in: databases.base).map(Array.init) }
         return try RowFold.fold(from: base, chain.reversed())
     }
 }

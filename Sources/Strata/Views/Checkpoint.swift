@@ -47,8 +47,8 @@ extension Store {
         // the write aborts, by a reader of whichever commit reuses the id).
         let id = txn.snapshotID
         if o.lmdbTxnID == id { return o }
-        let end = try txn.lastLSN(in: views)
-        let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: views) ?? end
+        let end = try txn.lastLSN(in: databases)
+        let viewsLSN = try txn.metaUInt64(MetaKey.viewsLSN, in: databases) ?? end
         guard viewsLSN <= end else {
             throw StrataError(.corruptRecord, "the views of the store at '\(path)' claim LSN \(viewsLSN), past the end of its log (\(end))")
         }
@@ -70,12 +70,12 @@ extension Store {
     /// same view code the write path runs.
     private func foldTail(onto version: OverlayVersion, through end: UInt64, _ txn: LMDB.ReadTransaction) throws(StrataError) -> OverlayVersion {
         let buffer = OverlayBuffer(version)
-        let writer = ViewWriter(reading: txn, views, overlay: buffer)
+        let writer = ViewWriter(reading: txn, databases, overlay: buffer)
         let catalog = try currentCatalog(txn)
         var scratch = ByteWriter(capacity: 512)
         var table: TableInfo? = nil
-        let rules = try txn.checksumRules(in: views)
-        try txn.scan(views.log) { c in
+        let rules = try txn.checksumRules(in: databases)
+        try txn.scan(databases.log) { c in
             var e = try c.seek(atLeast: Swift.withUnsafeBytes(of: (version.lsn + 1).bigEndian) { Array($0) })
             var expected = version.lsn + 1
             while let entry = e {
@@ -93,9 +93,9 @@ extension Store {
                 var tr = ByteReader(target)
                 let tableID = try tr.bigEndian32()
                 if table?.id != tableID { table = try catalog.table(id: tableID) }
-                let old = try lmdb { () throws(LMDBError) in try writer.get(target, in: views.rows) }.map { (b) throws(StrataError) in try StoredRow(b) }
+                let old = try lmdb { () throws(LMDBError) in try writer.get(target, in: databases.rows) }.map { (b) throws(StrataError) in try StoredRow(b) }
                 // The log passed every unique check when it was written.
-                try views.apply(operation: entry.value, header: header, lsn: lsn, old: old, table: table!, in: writer, scratch: &scratch, checkingUniqueness: false)
+                try databases.apply(operation: entry.value, header: header, lsn: lsn, old: old, table: table!, in: writer, scratch: &scratch, checkingUniqueness: false)
                 expected += 1
                 e = try c.next()
             }
@@ -126,8 +126,8 @@ enum Checkpoint {
     /// order: one pass per database, each page touched once. One LMDB cursor per database
     /// writes them: the next key in order is often on the page of the last, which the cursor
     /// finds without a search from the root.
-    static func write(_ version: OverlayVersion, into txn: LMDB.WriteTransaction, _ views: StoreDatabases) throws(StrataError) {
-        for (slot, db) in views.derived.enumerated() where version.trees[slot].count > 0 {
+    static func write(_ version: OverlayVersion, into txn: LMDB.WriteTransaction, _ databases: StoreDatabases) throws(StrataError) {
+        for (slot, db) in databases.derived.enumerated() where version.trees[slot].count > 0 {
             try lmdb { () throws(LMDBError) in
                 try txn.withWriteCursor(db) { (writer: inout WriteCursor) throws(LMDBError) in
                     var cursor = OverlayCursor(version.trees[slot])

@@ -96,19 +96,19 @@ extension Transaction {
             var t = try catalog.table(named: query.table)
             let view = ViewInfo(id: try catalog.nextIndexID, name: name, query: query)
             var entries: [([UInt8], [UInt8])] = []
-            try snapshot.scanTable(t, in: views.rows) { k, record in
+            try snapshot.scanTable(t, in: databases.rows) { k, record in
                 let row = try Row(table: t, rowsKey: k, record: record)
                 if row.status != .deleted, query.filter?.matches(row) ?? true {
                     let rowKey = Array(k[4...])
                     let entry = ViewKeys.entry(view, row, rowKey: rowKey[...])
-                    try views.checkEntryKey(entry, of: "view '\(name)'", table: t, target: k)
+                    try databases.checkEntryKey(entry, of: "view '\(name)'", table: t, target: k)
                     entries.append((entry, rowKey))
                 }
                 return true
             }
-            let txn = try self.txn
+            let writer = try self.writer
             try lmdb { () throws(LMDBError) in
-                for (k, v) in entries { try txn.put(k, v, in: views.view) }
+                for (k, v) in entries { try writer.put(k, v, in: databases.view) }
             }
             t.views.append(view)
             workingCatalog.tables[t.id] = t
@@ -174,7 +174,7 @@ extension Snapshot {
             rows += sorted
             run.removeAll()
         }
-        try txn.scan(views.view) { c in
+        try txn.scan(databases.view) { c in
             var e = try c.seek(atLeast: start.bytes)
             while let entry = e, entry.key.starts(with: prefix) {
                 let sortEnd = entry.key.count - entry.value.count

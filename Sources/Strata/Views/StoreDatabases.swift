@@ -133,30 +133,30 @@ enum MetaKey {
 }
 
 extension ReadableTransaction {
-    func meta(_ key: String, in views: StoreDatabases) throws(StrataError) -> UnsafeRawBufferPointer? {
+    func meta(_ key: String, in databases: StoreDatabases) throws(StrataError) -> UnsafeRawBufferPointer? {
         // The keys are literals, already contiguous UTF-8: read in place, no array per read.
         var key = key
         let value = key.withUTF8 { k in
-            Result { () throws(LMDBError) in try get(UnsafeRawBufferPointer(k), in: views.meta) }
+            Result { () throws(LMDBError) in try get(UnsafeRawBufferPointer(k), in: databases.meta) }
         }
         return try lmdb { () throws(LMDBError) in try value.get() }
     }
 
     /// A counter kept in `meta`: exactly 8 bytes, at most ``Counter/limit`` (else corruptRecord).
-    func metaUInt64(_ key: String, in views: StoreDatabases) throws(StrataError) -> UInt64? {
-        guard let b = try meta(key, in: views) else { return nil }
+    func metaUInt64(_ key: String, in databases: StoreDatabases) throws(StrataError) -> UInt64? {
+        guard let b = try meta(key, in: databases) else { return nil }
         return try Counter.decode(b, database: StoreDatabases.names.meta, key: key)
     }
 
     /// The LSN of the last operation ever written: the log's last, or the compaction horizon
     /// when compaction emptied the log. 0 for a new store.
-    func lastLSN(in views: StoreDatabases) throws(StrataError) -> UInt64 {
-        max(try lastLSN(of: views.log), try horizon(in: views))
+    func lastLSN(in databases: StoreDatabases) throws(StrataError) -> UInt64 {
+        max(try lastLSN(of: databases.log), try horizon(in: databases))
     }
 
     /// The compaction horizon: operations up to it live only in `base`. 0 when never compacted.
-    func horizon(in views: StoreDatabases) throws(StrataError) -> UInt64 {
-        try metaUInt64(MetaKey.horizon, in: views) ?? 0
+    func horizon(in databases: StoreDatabases) throws(StrataError) -> UInt64 {
+        try metaUInt64(MetaKey.horizon, in: databases) ?? 0
     }
 
     /// The last LSN of the log database `log`, 0 when it is empty.
@@ -169,14 +169,14 @@ extension ReadableTransaction {
 }
 
 extension LMDB.WriteTransaction {
-    func setMeta(_ key: String, _ value: [UInt8], in views: StoreDatabases) throws(StrataError) {
-        try lmdb { () throws(LMDBError) in try put(Array(key.utf8), value, in: views.meta) }
+    func setMeta(_ key: String, _ value: [UInt8], in databases: StoreDatabases) throws(StrataError) {
+        try lmdb { () throws(LMDBError) in try put(Array(key.utf8), value, in: databases.meta) }
     }
 
-    func setMeta(_ key: String, _ value: UInt64, in views: StoreDatabases) throws(StrataError) {
+    func setMeta(_ key: String, _ value: UInt64, in databases: StoreDatabases) throws(StrataError) {
         var w = ByteWriter(capacity: 8)
         w.appendBigEndian(value)
-        try setMeta(key, w.bytes, in: views)
+        try setMeta(key, w.bytes, in: databases)
     }
 }
 

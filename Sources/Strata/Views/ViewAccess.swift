@@ -12,7 +12,7 @@ import LMDB
 struct ViewReader {
     /// The LMDB transaction, for the databases the overlay never holds.
     let txn: LMDB.ReadTransaction
-    let views: StoreDatabases
+    let databases: StoreDatabases
     /// `nil`: the views are LMDB's alone (a scratch store, or the checkpointed views).
     let overlay: OverlayBuffer?
 
@@ -20,7 +20,7 @@ struct ViewReader {
     /// (in a write transaction, until the next write).
     @inline(__always)
     func get(_ key: UnsafeRawBufferPointer, in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? {
-        if let overlay, let slot = views.derivedSlot(db), let entry = overlay.find(key, slot: slot) {
+        if let overlay, let slot = databases.derivedSlot(db), let entry = overlay.find(key, slot: slot) {
             return entry
         }
         return try txn.get(key, in: db)
@@ -33,7 +33,7 @@ struct ViewReader {
     /// Runs a cursor-based body over `db` as this snapshot sees it, wrapping errors as
     /// ``StrataError``.
     func scan<R>(_ db: Database, _ body: (inout ViewCursor) throws -> R) throws(StrataError) -> R {
-        let tree: OverlayTree? = overlay.flatMap { o in views.derivedSlot(db).map { o.version.trees[$0] } }.flatMap { $0.count == 0 ? nil : $0 }
+        let tree: OverlayTree? = overlay.flatMap { o in databases.derivedSlot(db).map { o.version.trees[$0] } }.flatMap { $0.count == 0 ? nil : $0 }
         return try txn.scan(db) { (c: inout Cursor) in
             var cursor = ViewCursor(lmdb: c, overlay: tree.map(OverlayCursor.init))
             return try body(&cursor)
@@ -44,12 +44,12 @@ struct ViewReader {
     /// buffers, never for answers.
     func stats(_ db: Database) throws(LMDBError) -> DatabaseStats { try txn.stats(db) }
 
-    func meta(_ key: String, in views: StoreDatabases) throws(StrataError) -> UnsafeRawBufferPointer? { try txn.meta(key, in: views) }
-    func metaUInt64(_ key: String, in views: StoreDatabases) throws(StrataError) -> UInt64? { try txn.metaUInt64(key, in: views) }
-    func lastLSN(in views: StoreDatabases) throws(StrataError) -> UInt64 { try txn.lastLSN(in: views) }
+    func meta(_ key: String, in databases: StoreDatabases) throws(StrataError) -> UnsafeRawBufferPointer? { try txn.meta(key, in: databases) }
+    func metaUInt64(_ key: String, in databases: StoreDatabases) throws(StrataError) -> UInt64? { try txn.metaUInt64(key, in: databases) }
+    func lastLSN(in databases: StoreDatabases) throws(StrataError) -> UInt64 { try txn.lastLSN(in: databases) }
     func lastLSN(of log: Database) throws(StrataError) -> UInt64 { try txn.lastLSN(of: log) }
-    func horizon(in views: StoreDatabases) throws(StrataError) -> UInt64 { try txn.horizon(in: views) }
-    func checksumRules(in views: StoreDatabases) throws(StrataError) -> ChecksumRules { try txn.checksumRules(in: views) }
+    func horizon(in databases: StoreDatabases) throws(StrataError) -> UInt64 { try txn.horizon(in: databases) }
+    func checksumRules(in databases: StoreDatabases) throws(StrataError) -> ChecksumRules { try txn.checksumRules(in: databases) }
 }
 
 /// A forward cursor over one database as a ``ViewReader`` sees it: LMDB's entries merged with the
@@ -139,17 +139,17 @@ struct ViewWriter {
     /// `nil` while folding the log's tail into a reader's overlay: only derived writes happen.
     let writeTxn: LMDB.WriteTransaction?
 
-    var views: StoreDatabases { reader.views }
+    var databases: StoreDatabases { reader.databases }
 
     /// A writer into `overlay` over the LMDB write transaction `txn`.
-    init(_ txn: LMDB.WriteTransaction, _ views: StoreDatabases, overlay: OverlayBuffer?) {
-        reader = ViewReader(txn: txn.reader, views: views, overlay: overlay)
+    init(_ txn: LMDB.WriteTransaction, _ databases: StoreDatabases, overlay: OverlayBuffer?) {
+        reader = ViewReader(txn: txn.reader, databases: databases, overlay: overlay)
         writeTxn = txn
     }
 
     /// A writer that changes only the overlay, over a read transaction.
-    init(reading txn: LMDB.ReadTransaction, _ views: StoreDatabases, overlay: OverlayBuffer) {
-        reader = ViewReader(txn: txn, views: views, overlay: overlay)
+    init(reading txn: LMDB.ReadTransaction, _ databases: StoreDatabases, overlay: OverlayBuffer) {
+        reader = ViewReader(txn: txn, databases: databases, overlay: overlay)
         writeTxn = nil
     }
 
@@ -159,7 +159,7 @@ struct ViewWriter {
     }
 
     func put(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer, in db: Database, flags: PutFlags = []) throws(LMDBError) {
-        if let overlay = reader.overlay, let slot = views.derivedSlot(db) {
+        if let overlay = reader.overlay, let slot = databases.derivedSlot(db) {
             overlay.set(key, value, slot: slot)
         } else {
             try lmdbWriter("put").put(key, value, in: db, flags: flags)
@@ -174,7 +174,7 @@ struct ViewWriter {
 
     /// Deletes `key`. In the overlay this writes a tombstone, whether or not LMDB has the key.
     func delete(_ key: UnsafeRawBufferPointer, in db: Database) throws(LMDBError) {
-        if let overlay = reader.overlay, let slot = views.derivedSlot(db) {
+        if let overlay = reader.overlay, let slot = databases.derivedSlot(db) {
             overlay.set(key, nil, slot: slot)
         } else {
             _ = try lmdbWriter("delete").delete(key, in: db)
@@ -189,19 +189,19 @@ struct ViewWriter {
     func get(_ key: [UInt8], in db: Database) throws(LMDBError) -> UnsafeRawBufferPointer? { try reader.get(key, in: db) }
     func scan<R>(_ db: Database, _ body: (inout ViewCursor) throws -> R) throws(StrataError) -> R { try reader.scan(db, body) }
 
-    func meta(_ key: String, in views: StoreDatabases) throws(StrataError) -> UnsafeRawBufferPointer? { try reader.meta(key, in: views) }
-    func metaUInt64(_ key: String, in views: StoreDatabases) throws(StrataError) -> UInt64? { try reader.metaUInt64(key, in: views) }
-    func lastLSN(in views: StoreDatabases) throws(StrataError) -> UInt64 { try reader.lastLSN(in: views) }
-    func horizon(in views: StoreDatabases) throws(StrataError) -> UInt64 { try reader.horizon(in: views) }
-    func checksumRules(in views: StoreDatabases) throws(StrataError) -> ChecksumRules { try reader.checksumRules(in: views) }
+    func meta(_ key: String, in databases: StoreDatabases) throws(StrataError) -> UnsafeRawBufferPointer? { try reader.meta(key, in: databases) }
+    func metaUInt64(_ key: String, in databases: StoreDatabases) throws(StrataError) -> UInt64? { try reader.metaUInt64(key, in: databases) }
+    func lastLSN(in databases: StoreDatabases) throws(StrataError) -> UInt64 { try reader.lastLSN(in: databases) }
+    func horizon(in databases: StoreDatabases) throws(StrataError) -> UInt64 { try reader.horizon(in: databases) }
+    func checksumRules(in databases: StoreDatabases) throws(StrataError) -> ChecksumRules { try reader.checksumRules(in: databases) }
 
-    func setMeta(_ key: String, _ value: [UInt8], in views: StoreDatabases) throws(StrataError) {
-        try lmdb { () throws(LMDBError) in try lmdbWriter("setMeta").put(Array(key.utf8), value, in: views.meta) }
+    func setMeta(_ key: String, _ value: [UInt8], in databases: StoreDatabases) throws(StrataError) {
+        try lmdb { () throws(LMDBError) in try lmdbWriter("setMeta").put(Array(key.utf8), value, in: databases.meta) }
     }
 
-    func setMeta(_ key: String, _ value: UInt64, in views: StoreDatabases) throws(StrataError) {
+    func setMeta(_ key: String, _ value: UInt64, in databases: StoreDatabases) throws(StrataError) {
         var w = ByteWriter(capacity: 8)
         w.appendBigEndian(value)
-        try setMeta(key, w.bytes, in: views)
+        try setMeta(key, w.bytes, in: databases)
     }
 }

@@ -39,7 +39,7 @@ extension Transaction {
             // Build every entry (and check uniqueness) before writing any.
             var entries: [[UInt8]] = []
             var seen: [[Value]: RowKey] = [:]
-            try snapshot.scanTable(t, in: views.rows) { k, record in
+            try snapshot.scanTable(t, in: databases.rows) { k, record in
                 let values = try IndexKeys.values(index, table: t, target: k, record: record)
                 if unique && !values.contains(where: \.isNull) {
                     let key = try t.decodeKey(k)
@@ -48,13 +48,13 @@ extension Transaction {
                     }
                 }
                 let entry = IndexKeys.prefix(index, values) + Array(k[4...])
-                try views.checkEntryKey(entry, of: "index '\(name)'", table: t, target: k)
+                try databases.checkEntryKey(entry, of: "index '\(name)'", table: t, target: k)
                 entries.append(entry)
                 return true
             }
-            let txn = try self.txn
+            let writer = try self.writer
             try lmdb { () throws(LMDBError) in
-                for e in entries { try txn.put(e, [], in: views.index) }
+                for e in entries { try writer.put(e, [], in: databases.index) }
             }
             t.indexes.append(index)
             workingCatalog.tables[t.id] = t
@@ -87,7 +87,7 @@ extension Transaction {
             let t = try catalog.table(named: name)
             for index in t.indexes where index.unique {
                 var seen: [[Value]: RowKey] = [:]
-                try snapshot.scanTable(t, in: views.rows) { k, record in
+                try snapshot.scanTable(t, in: databases.rows) { k, record in
                     let values = try IndexKeys.values(index, table: t, target: k, record: record)
                     guard !values.contains(where: \.isNull) else { return true }
                     let key = try t.decodeKey(k)

@@ -9,9 +9,9 @@ extension Transaction {
     /// Sets (or, with `nil`, removes) the library value `name`, in this transaction.
     package func setLibraryValue(_ name: String, _ bytes: [UInt8]?) throws(StrataError) {
         let key = Array((MetaKey.libraryPrefix + name).utf8)
-        let txn = try self.txn
+        let writer = try self.writer
         try lmdb { () throws(LMDBError) in
-            if let bytes { try txn.put(key, bytes, in: views.meta) } else { try txn.delete(key, in: views.meta) }
+            if let bytes { try writer.put(key, bytes, in: databases.meta) } else { try writer.delete(key, in: databases.meta) }
         }
     }
 
@@ -24,6 +24,6 @@ extension Transaction {
 extension Snapshot {
     /// The library value `name`, or `nil`.
     package func libraryValue(_ name: String) throws(StrataError) -> [UInt8]? {
-        try txn.meta(MetaKey.libraryPrefix + name, in: views).map { Array($0) }
+        try txn.meta(MetaKey.libraryPrefix + name, in: databases).map { Array($0) }
     }
 }

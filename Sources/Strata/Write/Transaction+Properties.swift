@@ -33,12 +33,12 @@ extension Transaction {
             throw StrataError(.invalidValue, "property '\(name)' cannot hold a timestamp of \(t.timeIntervalSince1970) seconds: Strata stores only finite numbers and times")
         }
         let key = Array(("p:" + name).utf8)
-        let txn = try self.txn
+        let writer = try self.writer
         try lmdb { () throws(LMDBError) in
             if let value {
-                try txn.put(key, value.encoded, in: views.meta)
+                try writer.put(key, value.encoded, in: databases.meta)
             } else {
-                try txn.delete(key, in: views.meta)
+                try writer.delete(key, in: databases.meta)
             }
         }
     }
@@ -52,7 +52,7 @@ extension Transaction {
 extension Snapshot {
     /// A named property of the store (see ``Transaction/setProperty(_:_:)``), or `nil`.
     public func property(_ name: String) throws(StrataError) -> Value? {
-        guard let bytes = try txn.meta("p:" + name, in: views) else { return nil }
+        guard let bytes = try txn.meta("p:" + name, in: databases) else { return nil }
         return try Value(decoding: bytes)
     }
 }
@@ -64,7 +64,7 @@ extension Snapshot {
     public func properties() throws(StrataError) -> [String: Value] {
         var out: [String: Value] = [:]
         let prefix = Array("p:".utf8)
-        try txn.scan(views.meta) { c in
+        try txn.scan(databases.meta) { c in
             var e = try c.seek(atLeast: prefix)
             while let entry = e, entry.key.starts(with: prefix) {
                 out[String(decoding: entry.key.dropFirst(prefix.count), as: UTF8.self)] = try Value(decoding: entry.value)

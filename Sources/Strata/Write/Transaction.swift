@@ -11,11 +11,12 @@ import LMDB
 /// field — logs nothing.
 public final class Transaction {
     let store: Store
-    /// Writes the log and `meta` into LMDB and the views into `overlay`; reached through ``txn``.
-    private let writer: ViewWriter
+    /// Writes the log and `meta` into LMDB and the views into `overlay`; reached through
+    /// ``writer``, which checks that the transaction is live.
+    private let rawWriter: ViewWriter
     /// The working copy of the overlay, published when the transaction commits.
     let overlay: OverlayBuffer
-    let views: StoreDatabases
+    let databases: StoreDatabases
     /// The catalog with this transaction's changes. Read it through ``catalog`` (which checks
     /// that the transaction is live); change it here, after such a read.
     var workingCatalog: Catalog {
@@ -44,16 +45,16 @@ public final class Transaction {
 
     // Reusable buffers: after the first few edits, an edit allocates nothing here.
     @exclusivity(unchecked) private var keyBuf = ByteWriter(capacity: 64)
-    @exclusivity(unchecked) private var valBuf = ByteWriter(capacity: 256)
-    @exclusivity(unchecked) private var newValues: [NewValue] = []
+    @exclusivity(unchecked) var valBuf = ByteWriter(capacity: 256)
+    @exclusivity(unchecked) var newValues: [NewValue] = []
     @exclusivity(unchecked) private var opBuf = ByteWriter(capacity: 512)
     @exclusivity(unchecked) private var rowBuf = ByteWriter(capacity: 512)
     /// Per field id, whether the field holds a value after a merge (`mergeServerValues`).
-    @exclusivity(unchecked) private var valued: [Bool] = []
+    @exclusivity(unchecked) var valued: [Bool] = []
     /// The field ids of the values a merge on a stored record was given (`mergeServerValues`).
-    @exclusivity(unchecked) private var fieldIDs: [Int] = []
+    @exclusivity(unchecked) var fieldIDs: [Int] = []
     /// The fields a merge on a stored record decided (`mergeServerValues`).
-    @exclusivity(unchecked) private var decided: [(id: Int, base: Range<Int>?, local: Range<Int>?, new: Range<Int>, action: ServerFieldAction, tag: UInt8)] = []
+    @exclusivity(unchecked) var decided: [(id: Int, base: Range<Int>?, local: Range<Int>?, new: Range<Int>, action: ServerFieldAction, tag: UInt8)] = []
     /// Rows touched, kept only when invariant checks are on.
     private var touched: Set<[UInt8]> = []
     /// Changes for observers, collected only when the store has any.
@@ -67,16 +68,16 @@ public final class Transaction {
 
     init(store: Store, txn: LMDB.WriteTransaction, overlay: OverlayBuffer, catalog: Catalog) throws(StrataError) {
         self.store = store
-        self.writer = ViewWriter(txn, store.views, overlay: overlay)
+        self.rawWriter = ViewWriter(txn, store.databases, overlay: overlay)
         self.overlay = overlay
-        self.views = store.views
+        self.databases = store.databases
         self.workingCatalog = catalog
         self.baseCatalogVersion = catalog.version
         // The overlay a write starts from reaches the log's end (`Store.overlayVersion(for:)`),
         // and each closure of a group moves it on: no need to read the log's last key.
         self.nextLSN = overlay.version.lsn + 1
         if store.options.checkInvariants {
-            let end = try writer.lastLSN(in: store.views)
+            let end = try rawWriter.lastLSN(in: store.databases)
             guard end == overlay.version.lsn else {
                 throw StrataError(.corruptRecord, "invariant: the overlay ends at LSN \(overlay.version.lsn), the log at \(end)")
             }
@@ -95,7 +96,7 @@ public final class Transaction {
     ///
     /// - Throws: ``StrataError`` `tableNotFound`, or `invalidOperation` once the lending closure
     ///   has returned.
-    private func table(named name: String) throws(StrataError) -> TableInfo {
+    func table(named name: String) throws(StrataError) -> TableInfo {
         try lease.check()
         if let t = lastTable, t.schema.name.sameBytes(name) { return t }
         let t = try workingCatalog.table(named: name)
@@ -117,10 +118,10 @@ public final class Transaction {
     // aborted the transaction and freed it, and a write through it would corrupt memory.
 
     /// The writer over LMDB's transaction; throws once the lending closure has returned.
-    var txn: ViewWriter {
+    var writer: ViewWriter {
         @inline(__always) get throws(StrataError) {
             try lease.check()
-            return writer
+            return rawWriter
         }
     }
 
@@ -288,7 +289,7 @@ public final class Transaction {
         var prefix = ByteWriter(capacity: 4)
         prefix.appendBigEndian(t.id)
         // Collect first: the writes below would invalidate a cursor over `pending`.
-        let keys: [[UInt8]] = try txn.scan(views.pending) { c in
+        let keys: [[UInt8]] = try writer.scan(databases.pending) { c in
             var keys: [[UInt8]] = []
             var e = try c.seek(atLeast: prefix.bytes)
             while let entry = e, entry.key.starts(with: prefix.bytes) {
@@ -327,242 +328,6 @@ public final class Transaction {
         }
     }
 
-    /// What a merge does to one field of a stored row, as decided by the caller of
-    /// ``mergeServerValues(_:key:_:kind:decide:annotation:)``.
-    package enum ServerFieldAction: Sendable, Hashable {
-        /// The field stays as stored.
-        case keep
-        /// The field becomes clean at the server's value.
-        case takeServer
-        /// The server's value becomes the original; the local current value stays, pending.
-        case rebase
-        /// As `rebase`, and the field (and so the row) is marked in conflict.
-        case conflict
-    }
-
-    /// How the three values of one field compare, for the caller's decision.
-    package struct ServerFieldSides: Sendable, Hashable {
-        /// The current value differs from the original: the device changed the field.
-        package let localChanged: Bool
-        /// The server's value differs from the original: the server changed the field.
-        package let serverChanged: Bool
-        /// The server's value equals the current value.
-        package let serverIsLocal: Bool
-        /// The store holds no row under the key: the server's row is new to the device.
-        package var isNewRow = false
-    }
-
-    /// One field the caller's decision asked to record, with the caller's tag.
-    package struct ServerFieldDecision: Sendable, Hashable {
-        package let field: String
-        /// What was done (`keep` when the decided action changed nothing).
-        package let action: ServerFieldAction
-        /// The caller's own code for the decision (never 0).
-        package let tag: UInt8
-    }
-
-    /// The recorded decisions of a merge on a stored record with their values, in the store's
-    /// value encoding (as the record holds them): what the `annotation` of
-    /// ``mergeServerValues(_:key:_:kind:decide:annotation:)`` reads. The bytes are lent: valid
-    /// only during that call.
-    package struct ServerFieldValues {
-        package let decisions: [ServerFieldDecision]
-        fileprivate let record: UnsafeRawBufferPointer
-        fileprivate let values: UnsafeRawBufferPointer
-        fileprivate let ranges: [(base: Range<Int>?, local: Range<Int>?, server: Range<Int>)]
-
-        /// The original (server-confirmed) value of decision `i` before the merge.
-        package func base(_ i: Int) -> UnsafeRawBufferPointer { ranges[i].base.map { UnsafeRawBufferPointer(rebasing: record[$0]) } ?? EditRules.null }
-        /// The current value of decision `i` before the merge.
-        package func local(_ i: Int) -> UnsafeRawBufferPointer { ranges[i].local.map { UnsafeRawBufferPointer(rebasing: record[$0]) } ?? EditRules.null }
-        /// The value the server sent for decision `i`, as the store holds it (an int for a
-        /// double field converted).
-        package func server(_ i: Int) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: values[ranges[i].server]) }
-
-        /// Decision `i`'s three values, decoded.
-        package func decoded(_ i: Int) throws(StrataError) -> (base: Value, local: Value, server: Value) {
-            var b = ByteReader(base(i))
-            var l = ByteReader(local(i))
-            var s = ByteReader(server(i))
-            return (try b.value(), try l.value(), try s.value())
-        }
-    }
-
-    /// What ``mergeServerValues(_:key:_:kind:decide:annotation:)`` did.
-    package enum ServerMergeResult: Sendable, Hashable {
-        /// Nothing was written: the row does not exist, is inserted, deleted or conflicted, a
-        /// value names a field the table does not have yet, a decision was `nil`, or a required
-        /// field would end up null. The caller merges the row as a ``RowState`` and writes with
-        /// ``setRowState(_:key:_:kind:origin:annotation:)``.
-        case needsMerge
-        /// The decisions the caller asked to record, in field order; `logged` says whether an
-        /// operation was written (some field changed).
-        case merged([ServerFieldDecision], logged: Bool)
-    }
-
-    /// Merges values the server sent into a live server row (not inserted, deleted or
-    /// conflicted; its fields may be pending) on the stored record, in one operation of origin
-    /// `server`, without building a ``Row`` or a ``RowState``. With `newRows`, a key the store
-    /// holds no row under takes the same path (its sides say ``ServerFieldSides/isNewRow``),
-    /// when the values name every declared field: one the server leaves out takes its default,
-    /// which the caller fills in.
-    ///
-    /// This is the common case of merging a server delta, done with one read and one write.
-    /// The merge rules stay with the caller: `decide` is called once per field the server sent
-    /// (key fields skipped; a field the server left out stays as stored) with how its original,
-    /// current and server values compare, and returns what happens to the field and a tag to
-    /// record it under (0: nothing to record), or `nil` to leave the whole row to the caller.
-    /// `annotation` is called once, only when some field changes, with the recorded
-    /// decisions and their values as the record holds them (lent for the call), and its bytes
-    /// are stored with the operation.
-    ///
-    /// Values are compared by their canonical encoding, as edits compare them.
-    ///
-    /// - Throws: ``StrataError`` `tableNotFound`, `invalidKey`, `fieldNotFound` (a name the table
-    ///   has in another Unicode form), `typeMismatch`, `nullNotAllowed` (a null for a required
-    ///   field of a row with nothing pending), `invalidValue` (an index or
-    ///   named-view entry over LMDB's key limit); whatever `annotation` throws. On a throw
-    ///   nothing is written.
-    package func mergeServerValues(
-        _ table: String, key: RowKey, _ values: [String: Value], kind: LogEntry.Kind, newRows: Bool = false,
-        decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
-        annotation: (ServerFieldValues) throws -> [UInt8]
-    ) throws -> ServerMergeResult {
-        let t = try self.table(named: table)
-        try encodeKey(key, t)
-        let stored = try storedRow()
-        guard stored != nil || newRows else { return .needsMerge }
-        let isNewRow = stored == nil
-        let old = stored?.bytes ?? UnsafeRawBufferPointer(start: nil, count: 0)
-        guard stored?.flags.isEmpty ?? true else { return .needsMerge }
-        // A row with pending fields admits a null for a required field (it may stay an
-        // original); whether the field ends up null is checked below, after the decisions.
-        var hasPending = false
-        var scan = stored?.entries ?? ByteReader(old)
-        while let x = try scan.nextEntry() {
-            if x.isConflict { return .needsMerge }
-            if x.isDirty { hasPending = true }
-        }
-        valBuf.reset()
-        newValues.removeAll(keepingCapacity: true)
-        // Every name is resolved before any value is admitted: a field the table lacks leaves
-        // the row to the caller, which refuses it, whatever else is wrong with the row.
-        fieldIDs.removeAll(keepingCapacity: true)
-        for name in values.keys {
-            guard let id = t.fieldID(name) else {
-                // A name the table has in another Unicode form is refused here, before a merge
-                // on `[String: Value]` could take it for the table's form.
-                if let twin = t.twin(of: name) { throw StrataError(.fieldNotFound, RowRule.twinMessage(table: t.name, name, twin)) }
-                return .needsMerge
-            }
-            fieldIDs.append(id)
-        }
-        if isNewRow {
-            for (id, def) in t.definitions.enumerated() where def != nil && !t.isKeyField(id) && !t.dropped.contains(id) {
-                if !fieldIDs.contains(id) { return .needsMerge }
-            }
-        }
-        // A dictionary not changed in between iterates in the same order.
-        for (i, (name, value)) in values.enumerated() {
-            let id = fieldIDs[i]
-            if t.isKeyField(id) { continue }
-            let v = try t.admit(value, field: id, name: name, nullable: hasPending ? true : nil)
-            let start = valBuf.count
-            valBuf.appendValue(v)
-            newValues.append(NewValue(id: id, range: start..<valBuf.count))
-        }
-        sortNewValues()
-        // One pass over the stored entries and the server's values, both in field id order.
-        decided.removeAll(keepingCapacity: true)
-        // Which fields hold a value after the merge: a row that would leave a required field
-        // null is left to the caller (it may take a default, or be refused with the row's
-        // context). Only declared fields (ids below `definitions.count`) can be required.
-        valued.removeAll(keepingCapacity: true)
-        valued.append(contentsOf: repeatElement(false, count: t.definitions.count))
-        // A new row comes into being, whatever its fields hold.
-        var changed = isNewRow
-        var r = stored?.entries ?? ByteReader(old)
-        var e = try r.nextEntry()
-        var i = 0
-        while e != nil || i < newValues.count {
-            if let x = e, i == newValues.count || x.id < newValues[i].id {
-                if x.id < valued.count, !EditRules.same(UnsafeRawBufferPointer(rebasing: old[x.current]), EditRules.null) { valued[x.id] = true }
-                e = try r.nextEntry()
-                continue
-            }
-            let n = newValues[i]
-            i += 1
-            var stored: FieldEntry? = nil
-            if let x = e, x.id == n.id {
-                stored = x
-                e = try r.nextEntry()
-            }
-            let base = stored.map { UnsafeRawBufferPointer(rebasing: old[$0.original]) } ?? EditRules.null
-            let local = stored.map { UnsafeRawBufferPointer(rebasing: old[$0.current]) } ?? EditRules.null
-            let sides = valBuf.withUnsafeBytes { v in
-                let server = UnsafeRawBufferPointer(rebasing: v[n.range])
-                var sides = ServerFieldSides(localChanged: stored?.isDirty ?? false, serverChanged: !EditRules.same(server, base), serverIsLocal: EditRules.same(server, local))
-                sides.isNewRow = isNewRow
-                return sides
-            }
-            guard let decision = decide(sides) else { return .needsMerge }
-            let tag = decision.tag
-            var action = decision.action
-            // Rebased onto its current value, or "in conflict" with a server that agrees, a
-            // field is simply clean at that value.
-            if action != .keep && sides.serverIsLocal { action = .takeServer }
-            let endsNull = action == .takeServer
-                ? valBuf.withUnsafeBytes { v in EditRules.same(UnsafeRawBufferPointer(rebasing: v[n.range]), EditRules.null) }
-                : EditRules.same(local, EditRules.null)
-            if !endsNull && n.id < valued.count { valued[n.id] = true }
-            // `takeServer` of the value already held clean, or `rebase` onto the original the
-            // field already has, changes nothing.
-            let changes = switch action {
-            case .keep: false
-            case .takeServer: sides.localChanged || sides.serverChanged
-            case .rebase: sides.serverChanged
-            case .conflict: true
-            }
-            changed = changed || changes
-            if tag != 0 || changes {
-                decided.append((n.id, stored?.original, stored?.current, n.range, changes ? action : .keep, tag))
-            }
-        }
-        for (fid, def) in t.definitions.enumerated() {
-            guard let def, !def.isNullable, !t.isKeyField(fid), !t.dropped.contains(fid) else { continue }
-            if !valued[fid] { return .needsMerge }
-        }
-        var decisions: [ServerFieldDecision] = []
-        var ranges: [(base: Range<Int>?, local: Range<Int>?, server: Range<Int>)] = []
-        for d in decided where d.tag != 0 {
-            decisions.append(ServerFieldDecision(field: t.fieldNames[d.id], action: d.action, tag: d.tag))
-            ranges.append((d.base, d.local, d.new))
-        }
-        guard changed else { return .merged(decisions, logged: false) }
-        let audit = try valBuf.withUnsafeBytes { v in
-            try annotation(ServerFieldValues(decisions: decisions, record: old, values: v, ranges: ranges))
-        }
-        try logEdit(kind, t, origin: .server, annotation: audit, old: stored) { (op) throws(StrataError) in
-            var flags: RowFlags = []
-            valBuf.withUnsafeBytes { v in
-                for d in decided {
-                    let server = UnsafeRawBufferPointer(rebasing: v[d.new])
-                    let local = d.local.map { UnsafeRawBufferPointer(rebasing: old[$0]) } ?? EditRules.null
-                    switch d.action {
-                    case .keep: break
-                    case .takeServer: op.appendCleanEntry(d.id, server)
-                    case .rebase: op.appendDirtyEntry(d.id, original: server, current: local)
-                    case .conflict:
-                        op.appendConflictEntry(d.id, server: server, current: local)
-                        flags.insert(.conflicted)
-                    }
-                }
-            }
-            return flags
-        }
-        return .merged(decisions, logged: true)
-    }
-
     // MARK: Reading inside the transaction
 
     /// A snapshot of this transaction's state, including its own uncommitted edits.
@@ -570,7 +335,7 @@ public final class Transaction {
     /// The snapshot ends with the transaction: kept after the write closure returned, it throws
     /// like the transaction does.
     public var snapshot: Snapshot {
-        get throws(StrataError) { Snapshot(txn: try txn.reader, views: views, catalog: try catalog, lease: lease) }
+        get throws(StrataError) { Snapshot(txn: try writer.reader, databases: databases, catalog: try catalog, lease: lease) }
     }
 
     /// The row as this transaction sees it; see ``Snapshot/row(_:key:includingDeleted:)-(_,RowKey,_)``.
@@ -582,7 +347,7 @@ public final class Transaction {
 
     /// Builds the operation with `rules`, then applies it to the views and appends it to the log.
     /// Logs nothing when the operation would change nothing.
-    private func logEdit(
+    func logEdit(
         _ kind: LogEntry.Kind, _ t: TableInfo, tableChanged: Bool = false, origin: LogEntry.Origin = .local,
         annotation: [UInt8] = [], old: StoredRow?,
         _ rules: (inout ByteWriter) throws(StrataError) -> RowFlags
@@ -594,55 +359,36 @@ public final class Transaction {
         let carries = txnStart == 0
         if carries {
             // Transaction ids increase with the log; read, the counter also proves itself whole.
-            let last = try txn.metaUInt64(MetaKey.lastTxn, in: views) ?? 0
+            let last = try writer.metaUInt64(MetaKey.lastTxn, in: databases) ?? 0
             guard last < lsn else {
                 throw StrataError(.corruptRecord, "the meta entry 'lastTxn' (\(last)) is not below the next LSN (\(lsn)): the store is damaged")
             }
         }
-        var bits: UInt8 = origin == .server ? OperationBits.server : 0
-        if !annotation.isEmpty { bits |= OperationBits.annotation }
-        if carries {
-            bits |= OperationBits.carriesTransaction
-        } else if schema != txnSchema {
+        // The builder returns the header with the bytes: the views fold the record without
+        // parsing it back.
+        var header = OperationHeader.start(
+            kind, origin: origin, transactionOffset: carries ? 0 : lsn - txnStart,
+            carried: carries ? (timestampMicros, schema) : nil,
             // A schema version only moves up within a transaction, by one (`baseCatalogVersion`).
-            bits |= OperationBits.schemaBump
-        }
-        opBuf.reset()
-        opBuf.append(RecordFormat.operationFormat)
-        // The checksum, written by `seal` once the record is complete.
-        opBuf.append([0, 0, 0, 0])
-        opBuf.append(kind.rawValue)
-        let flagsAt = opBuf.count
-        opBuf.append(0)
-        opBuf.appendVarint(carries ? 0 : lsn - txnStart)
-        if carries {
-            opBuf.appendVarint(timestampMicros)
-            opBuf.appendVarint(schema)
-        }
-        opBuf.appendVarint(UInt64(keyBuf.count))
-        opBuf.append(keyBuf.bytes)
-        opBuf.appendVarint(try previousLSN(old))
-        if !annotation.isEmpty {
-            opBuf.appendVarint(UInt64(annotation.count))
-            opBuf.append(annotation)
-        }
-        let entriesStart = opBuf.count
+            schemaBump: !carries && schema != txnSchema,
+            target: keyBuf.bytes, prevLSN: try previousLSN(old), annotation: annotation, into: &opBuf
+        )
+        let entriesStart = header.entriesStart
         let flags = try rules(&opBuf)
         let oldFlags = old?.flags
         if opBuf.count == entriesStart && flags == oldFlags && annotation.isEmpty { return }
-        opBuf.bytes[flagsAt] = flags.rawValue | bits
-        // Sealed once, with the LSN it is appended under: the checksum covers the key too.
-        RecordChecksum.seal(&opBuf, lsn: lsn)
+        header.seal(&opBuf, flags: flags, lsn: lsn)
         // Worked out before the views change, while `old` still shows the stored row.
         let valuesChanged = changes == nil ? true : try changesCurrentValues(entriesStart, old)
 
         try opBuf.withUnsafeBytes { (op) throws(StrataError) in
-            let header = try OperationHeader(op)
-            let txn = try self.txn
-            try views.apply(operation: op, header: header, lsn: lsn, old: old, table: t, in: txn, scratch: &rowBuf, checkingUniqueness: !uniquenessDeferred)
+            // Debug builds (the test suite) hold the builder to the parser at every edit.
+            assert((try? OperationHeader(op)) == header, "the builder's header differs from the record's")
+            let writer = try self.writer
+            try databases.apply(operation: op, header: header, lsn: lsn, old: old, table: t, in: writer, scratch: &rowBuf, checkingUniqueness: !uniquenessDeferred)
             try lmdb { () throws(LMDBError) in
                 var k = lsn.bigEndian
-                try withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try txn.put(kb, op, in: views.log, flags: .append) }
+                try withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try writer.put(kb, op, in: databases.log, flags: .append) }
             }
         }
         // Only now that the edit is applied (a unique index may still have refused it) do its
@@ -654,7 +400,7 @@ public final class Transaction {
         if carries {
             txnStart = lsn
             txnSchema = schema
-            try txn.setMeta(MetaKey.lastTxn, lsn, in: views)
+            try writer.setMeta(MetaKey.lastTxn, lsn, in: databases)
         }
         if store.options.checkInvariants { touched.insert(keyBuf.bytes) }
         if changes != nil {
@@ -707,7 +453,7 @@ public final class Transaction {
     /// key with no row, the operation that removed an earlier row with that key (0 if none).
     private func previousLSN(_ old: StoredRow?) throws(StrataError) -> UInt64 {
         if let old { return old.header.lastLSN }
-        return try txn.reader.goneLSN(keyBuf.bytes, views: views)
+        return try writer.reader.goneLSN(keyBuf.bytes, databases: databases)
     }
 
     /// Whether the operation in `opBuf` (its field entries from `entriesStart`) gives a field of
@@ -766,12 +512,12 @@ public final class Transaction {
             do { bytes = try workingCatalog.encoded() } catch {
                 throw StrataError(.invalidSchema, "the catalog cannot be encoded: \(error)")
             }
-            try txn.setMeta(MetaKey.catalog, bytes, in: views)
-            try txn.setMeta(MetaKey.catalogVersion, workingCatalog.version, in: views)
+            try writer.setMeta(MetaKey.catalog, bytes, in: databases)
+            try writer.setMeta(MetaKey.catalogVersion, workingCatalog.version, in: databases)
         }
         if store.options.checkInvariants {
             for target in touched {
-                try Invariants.checkRow(target, txn: txn, views: views)
+                try Invariants.checkRow(target, txn: writer, databases: databases)
             }
         }
         overlay.version.lsn = nextLSN - 1
@@ -797,18 +543,18 @@ public final class Transaction {
     /// Writes the overlay into the views in LMDB, in key order, and records the LSN they now
     /// reflect; the overlay starts over, empty.
     private func checkpoint() throws(StrataError) {
-        guard let lmdbTxn = try txn.writeTxn else { return }
-        try Checkpoint.write(overlay.version, into: lmdbTxn, views)
-        try txn.setMeta(MetaKey.viewsLSN, lastLSN, in: views)
+        guard let lmdbTxn = try writer.writeTxn else { return }
+        try Checkpoint.write(overlay.version, into: lmdbTxn, databases)
+        try writer.setMeta(MetaKey.viewsLSN, lastLSN, in: databases)
         overlay.version = .empty(at: lastLSN)
     }
 
     // MARK: Input validation and encoding
 
     /// The stored row state at `keyBuf` (live or deleted), lent by LMDB until the next write.
-    private func storedRow() throws(StrataError) -> StoredRow? {
-        let txn = try self.txn
-        let bytes = try lmdb { () throws(LMDBError) in try keyBuf.withUnsafeBytes { (k) throws(LMDBError) in try txn.get(k, in: views.rows) } }
+    func storedRow() throws(StrataError) -> StoredRow? {
+        let writer = try self.writer
+        let bytes = try lmdb { () throws(LMDBError) in try keyBuf.withUnsafeBytes { (k) throws(LMDBError) in try writer.get(k, in: databases.rows) } }
         return try bytes.map { (b) throws(StrataError) in try StoredRow(b) }
     }
 
@@ -838,7 +584,7 @@ public final class Transaction {
         return RowKey(values)
     }
 
-    private func encodeKey(_ key: RowKey, _ t: TableInfo) throws(StrataError) {
+    func encodeKey(_ key: RowKey, _ t: TableInfo) throws(StrataError) {
         try t.encodeKey(key, into: &keyBuf)
     }
 
@@ -902,7 +648,7 @@ public final class Transaction {
 
     /// Sorts `newValues` by field id. An insertion sort: a handful of fields, usually already
     /// in order.
-    private func sortNewValues() {
+    func sortNewValues() {
         for i in newValues.indices.dropFirst() {
             var j = i
             let x = newValues[i]
