@@ -42,9 +42,9 @@ public final class InMemorySyncServer: SyncTransport {
     /// The key fields of each table, by table name (`["id"]` when not listed).
     public let keyFields: [String: [String]]
     /// References between tables: a child in a batch that names a parent the same batch gave a
-    /// new key (through ``decide`` or a server-assigned key) is stored with the new key, and a
-    /// child (not a delete) naming a parent this server does not have is answered `error` with
-    /// `setAside`, as `strata-server` does.
+    /// new key (through ``decide`` or a server-assigned key) is stored with the new key; a child
+    /// (not a delete) of a table in ``tables`` naming a parent this server does not have is
+    /// answered `error` with `setAside`, as `strata-server` does.
     public let associations: [Association]
     /// Lets a test refuse changes or assign keys and values: return a result to use instead of
     /// the server's own. An `ok` is applied under its `newKey` with its `serverValues`; one the

@@ -16,8 +16,9 @@ import Strata
 ///   the drawn keys (``Prepared/keysToDraw`` of them), answered as `newKey`; a child later in the
 ///   batch that names the parent's client key in an association field names the new key
 ///   (`AckRules.followingKeys`, the rule a client applies to the acknowledgement).
-/// - **children of a missing parent**: a change (not a delete) whose association field names a
-///   parent that is not live, in the stored rows or in the batch so far, is `error`/`setAside`.
+/// - **children of a missing parent**: a change (not a delete) to a declared table whose
+///   association field names a parent that is not live, in the stored rows or in the batch so
+///   far, is `error`/`setAside`.
 /// - **a field in two Unicode forms**: a change naming a field the live row holds in another
 ///   Unicode form is `error`/`setAside` (a row holds one of two such names).
 /// - **insert**: over a live row, `conflict`; otherwise the row is the table's defaults with the
@@ -175,7 +176,7 @@ public struct ServerRules: Sendable {
                 problems.append(nil)
                 rows.insert(RowID(n.table, n.key))
                 if n.kind == .insert, table(n.table)?.serverAssignedKey == true { keys += 1 }
-                if n.kind != .delete {
+                if n.kind != .delete, table(n.table) != nil {
                     for a in associations where a.child.sameBytes(n.table) {
                         if let v = n.values[exactly: a.field], !v.isNull { parents.insert(RowID(a.parent, RowKey([v]))) }
                     }
@@ -284,9 +285,11 @@ public struct ServerRules: Sendable {
         _ liveParents: Set<RowID>, _ out: inout Outcome
     ) -> RowResult {
         let conflict = RowResult(table: change.table, key: change.key, status: .conflict)
+        let config = table(change.table)
         // A child must name a parent that exists: otherwise the row is refused and set aside on
-        // the client, with the reason, for the app to fix or discard.
-        if change.kind != .delete {
+        // the client, with the reason, for the app to fix or discard. Only a declared table's
+        // rows are checked: rows of a table taken as they come are taken whatever they name.
+        if change.kind != .delete, config != nil {
             for a in associations where a.child.sameBytes(change.table) {
                 guard let v = change.values[exactly: a.field], !v.isNull else { continue }
                 let parent = RowID(a.parent, RowKey([v]))
@@ -294,7 +297,6 @@ public struct ServerRules: Sendable {
                 if !live { return Self.setAside(change, "\(a.field) names \(a.parent) \(v), which does not exist on the server") }
             }
         }
-        let config = table(change.table)
         let isKey = ExactNames(keyFields(change.table))
         let keepsNull = config?.isPropertyBag == true
         var row = state[id] ?? StoredRow(fields: [:], deleted: true)
@@ -322,7 +324,11 @@ public struct ServerRules: Sendable {
             row = StoredRow(fields: fields.filter { keepsNull || !$0.value.isNull })
         case .update:
             guard live, matches(change.originals) else { return conflict }
-            for (f, v) in nonKey { row.fields[f] = v.isNull && !keepsNull ? nil : v }
+            for (f, v) in nonKey {
+                // Not `fields[f] = … ? nil : v`: `Value` is `ExpressibleByNilLiteral`, so that
+                // `nil` would be stored as `.null` rather than remove the field.
+                if v.isNull && !keepsNull { row.fields.removeValue(forKey: f) } else { row.fields[f] = v }
+            }
         case .delete:
             guard live else { return .ok(change.table, change.key) }   // already gone: nothing written
             // A delete changes every field, so it checks the whole row: the originals it names,
