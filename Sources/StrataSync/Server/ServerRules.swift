@@ -229,6 +229,7 @@ public struct ServerRules: Sendable {
     /// Decides a prepared batch.
     ///
     /// - Parameters:
+    ///   - prepared: the batch, as ``prepare(_:)`` checked it.
     ///   - stored: the rows of ``Prepared/rows`` the server has, tombstones included (a row
     ///     missing here was never stored).
     ///   - liveParents: which of ``Prepared/parents`` are live.
