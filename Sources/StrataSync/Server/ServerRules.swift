@@ -202,10 +202,12 @@ public struct ServerRules: Sendable {
         guard size <= Self.maxStoredKeyBytes else {
             throw StrataError(.malformedInput, "the key takes \(size) bytes as the server stores it, with its table name; the server takes at most \(Self.maxStoredKeyBytes)")
         }
+        // In the order of the names' bytes: of two bad fields, the one named is the same on every
+        // server (a dictionary's order differs from process to process).
         n.values = [:]
-        for (f, v) in c.values { n.values[f] = try RowRule.admit(v, field: f, of: schema) }
+        for (f, v) in Self.ordered(c.values) { n.values[f] = try RowRule.admit(v, field: f, of: schema) }
         n.originals = [:]
-        for (f, v) in c.originals { n.originals[f] = try RowRule.admit(v, field: f, of: schema) }
+        for (f, v) in Self.ordered(c.originals) { n.originals[f] = try RowRule.admit(v, field: f, of: schema) }
         let isKey = ExactNames(config.primaryKey)
         switch c.kind {
         case .insert:
@@ -276,6 +278,11 @@ public struct ServerRules: Sendable {
         return out
     }
 
+    /// `fields` sorted by the bytes of their names.
+    private static func ordered(_ fields: [String: Value]) -> [(key: String, value: Value)] {
+        fields.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+    }
+
     private static func setAside(_ c: RowChange, _ reason: String) -> RowResult {
         RowResult(table: c.table, key: c.key, status: .error, error: RowError(reason: reason, action: .setAside))
     }
@@ -306,7 +313,7 @@ public struct ServerRules: Sendable {
         // `[String: Value]`, which has room for one), as a client's store does: a change naming
         // the other form of a field the row holds is set aside, not merged into it.
         if live {
-            for name in Array(change.values.keys) + Array(change.originals.keys) {
+            for (name, _) in Self.ordered(change.values) + Self.ordered(change.originals) {
                 guard let i = row.fields.index(forKey: name), !row.fields[i].key.sameBytes(name) else { continue }
                 let held = row.fields[i].key
                 return Self.setAside(change, "row \(change.key) of table '\(change.table)' holds the field '\(held)' (\(held.codePoints)), which differs from '\(name)' (\(name.codePoints)) only in Unicode form; field names compare by their bytes, and a row holds one of two such names")
