@@ -65,6 +65,8 @@ let package = Package(
                 "strata-server",
                 .product(name: "StrataSync", package: "Strata"),
                 .product(name: "Strata", package: "Strata"),
+                // InMemorySyncServer, for the test that holds it to strata-server's answers.
+                .product(name: "StrataTesting", package: "Strata"),
             ]
         ),
     ]

@@ -4,9 +4,9 @@ import StrataSync
 import Synchronization
 
 /// A small in-process sync server, for tests and examples: it keeps tables of rows,
-/// serves deltas since an anchor, and applies batches with optimistic concurrency (an update or
-/// delete must name the values the server holds, and a delete every non-null one; an insert
-/// needs a free key). It answers a batch
+/// serves deltas since an anchor, and applies batches by `strata-server`'s own rules
+/// (`ServerRules`: optimistic concurrency, refusals by the tables, children of missing
+/// parents, server-assigned keys). It answers a batch
 /// id it has seen before with the same acknowledgement, so a retried upload is never applied twice;
 /// the same id with other changes is refused with `BatchRefused` (`idReused`), as `strata-server`
 /// refuses it.
@@ -35,52 +35,62 @@ public final class InMemorySyncServer: SyncTransport {
         /// Changes up to this version were dropped: an anchor before it cannot be served.
         var expiredThrough = 0
         var forgotten: Set<String> = []
+        /// The last key drawn for a table whose keys the server assigns.
+        var lastKey: Int64 = 0
     }
     private let state = Locked(State())
     /// The key fields of each table, by table name (`["id"]` when not listed).
     public let keyFields: [String: [String]]
     /// References between tables: a child in a batch that names a parent the same batch gave a
-    /// new key (through ``decide``) is stored with the new key, as `strata-server` does.
+    /// new key (through ``decide`` or a server-assigned key) is stored with the new key; a child
+    /// (not a delete) of a table in ``tables`` naming a parent this server does not have is
+    /// answered `error` with `setAside`, as `strata-server` does.
     public let associations: [Association]
     /// Lets a test refuse changes or assign keys and values: return a result to use instead of
-    /// the server's own.
+    /// the server's own. An `ok` is applied under its `newKey` with its `serverValues`; one the
+    /// rules cannot apply (stale originals, a taken key) is answered as the rules answer it.
     public let decide: (@Sendable (RowChange) -> RowResult?)?
-    /// The tables whose rows are checked as `strata-server` checks them (`RowRule`): a change
-    /// that breaks the rule is answered `error` with `setAside` and the reason. Rows of other
-    /// tables are taken as they come.
+    /// The tables whose rows are checked as `strata-server` checks them (`RowRule` and the rest of
+    /// `ServerRules`): a change that breaks the rules is answered `error` with `setAside` and the
+    /// reason. Rows of other tables are taken as they come.
     public let tables: [String: TableSchema]
+    /// The rules every batch is decided by: the same as `strata-server`'s.
+    private let rules: ServerRules
 
     /// An empty server; `keyFields` names each table's key fields, `associations` the references
     /// that follow a key the server assigns, `decide` lets a test answer rows itself, and
-    /// `tables` are checked by `RowRule` (their key fields are taken from them).
-    public init(
+    /// `tables` are checked by `ServerRules` (their key fields are taken from them).
+    public convenience init(
         keyFields: [String: [String]] = [:], associations: [Association] = [], tables: [TableSchema] = [],
         decide: (@Sendable (RowChange) -> RowResult?)? = nil
     ) {
-        var keyFields = keyFields
-        for t in tables { keyFields[t.name] = t.primaryKey }
-        self.keyFields = keyFields
-        self.associations = associations
-        self.tables = Dictionary(tables.map { ($0.name, $0) }) { $1 }
-        self.decide = decide
+        let declared = tables.map { t in
+            TablesFile.Table(
+                name: t.name, mode: t.mode, primaryKey: t.primaryKey,
+                fields: t.fields.map { TablesFile.Field(name: $0.name, type: $0.type, nullable: $0.isNullable, default: $0.defaultValue) })
+        }
+        self.init(keyFields: keyFields, associations: associations, declared: declared, decide: decide, unknownTable: nil)
     }
 
-    /// Why `RowRule` refuses `change` for its table, if the server knows the table.
-    private func refusal(_ change: RowChange) -> String? {
-        guard let schema = tables[exactly: change.table] else { return nil }
-        do {
-            _ = try RowRule.admit(key: change.key, of: schema)
-            for (f, v) in change.values { _ = try RowRule.admit(v, field: f, of: schema) }
-            for (f, v) in change.originals { _ = try RowRule.admit(v, field: f, of: schema) }
-            if change.kind == .insert, schema.mode == .fixed, let f = schema.fields.first(where: { f in
-                !f.isNullable && f.defaultValue == nil && change.values[exactly: f.name] == nil
-            }) {
-                return "an insert into '\(schema.name)' needs field '\(f.name)'"
-            }
-            return nil
-        } catch {
-            return error.message
-        }
+    /// A server that keeps the tables of a tables file, as `strata-server` started with that file
+    /// does: a change to a table the file does not list is refused, and a table with
+    /// `serverAssignedKey` gets keys 1, 2, 3, … (as a new database's sequence draws them).
+    public convenience init(tablesFile: TablesFile, decide: (@Sendable (RowChange) -> RowResult?)? = nil) {
+        self.init(associations: tablesFile.associations, declared: tablesFile.tables, decide: decide, unknownTable: .refused)
+    }
+
+    /// `unknownTable` `nil`: rows of tables not declared are taken, with `keyFields`.
+    private init(
+        keyFields: [String: [String]] = [:], associations: [Association], declared: [TablesFile.Table],
+        decide: (@Sendable (RowChange) -> RowResult?)?, unknownTable: ServerRules.UnknownTable?
+    ) {
+        var keyFields = keyFields
+        for t in declared { keyFields[t.name] = t.primaryKey }
+        self.keyFields = keyFields
+        self.associations = associations
+        self.tables = Dictionary(declared.map { ($0.name, $0.schema) }) { $1 }
+        self.decide = decide
+        self.rules = ServerRules(tables: declared, associations: associations, unknownTable: unknownTable ?? .taken(keyFields: keyFields))
     }
 
     /// The server's rows of `table` (key fields left out).
@@ -227,75 +237,34 @@ public final class InMemorySyncServer: SyncTransport {
                 }
                 return stored.ack
             }
-            var results: [RowResult] = []
-            var rekeyed: [String: [Value: Value]] = [:]   // parent table → client key → server key
-            for sent in batch.changes {
-                // A child naming a parent that this batch re-keyed follows the parent's new key:
-                // the rule the client applies to the acknowledgement, so both read it alike.
-                let change = AckRules.followingKeys(sent, rekeyed: rekeyed, associations: associations)
-                if let reason = refusal(change) {
-                    results.append(RowResult(table: change.table, key: change.key, status: .error, error: RowError(reason: reason, action: .setAside)))
-                } else if var custom = decide?(change) {
-                    // An `ok` the server cannot apply (stale originals, a taken key) is the
-                    // conflict it is: answering `ok` would confirm a row never written.
-                    if custom.status == .ok {
-                        let applied = apply(change, &s, as: custom.newKey, serverValues: custom.serverValues ?? [:])
-                        if applied.status != .ok { custom = applied }
-                    }
-                    if custom.status == .ok, change.kind == .insert, let k = custom.newKey, k.values.count == 1, change.key.values.count == 1 {
-                        rekeyed[change.table, default: [:]][change.key.values[0]] = k.values[0]
-                    }
-                    results.append(custom)
-                } else {
-                    results.append(apply(change, &s))
-                }
+            // The rules strata-server decides by (`ServerRules`), over this server's rows.
+            let prepared = rules.prepare(batch.changes)
+            var stored: [ServerRules.RowID: ServerRules.StoredRow] = [:]
+            for id in prepared.rows {
+                if let row = s.rows[id.table]?[id.key] { stored[id] = ServerRules.StoredRow(fields: row) }
             }
+            let liveParents = Set(prepared.parents.filter { s.rows[$0.table]?[$0.key] != nil })
+            // Drawn as PostgreSQL's sequence draws them for strata-server: 1, 2, 3, …
+            let keys = (0..<prepared.keysToDraw).map { _ in
+                s.lastKey += 1
+                return Value.int(s.lastKey)
+            }
+            let outcome = rules.decide(prepared, stored: stored, liveParents: liveParents, drawnKeys: keys, custom: decide)
+            for w in outcome.writes {
+                s.rows[w.id.table, default: [:]][w.id.key] = w.fields
+                let keyNames = ExactNames(keyFields[exactly: w.id.table] ?? ["id"])
+                // A field a change cleared is a field the table has held: pulls list it as null.
+                s.note(prepared.changes[w.result].values.keys.filter { !keyNames.contains($0) }, of: w.id.table)
+                s.note(Array((w.fields ?? [:]).keys), of: w.id.table)
+                s.version += 1
+                s.log.append((s.version, w.id.table, w.id.key))
+            }
+            let results = outcome.results
             let ack = BatchAck(batchID: batch.id, results: results)
             s.batches[batch.id] = (batch.clientID, batch.number, payload, ack)
             s.applied.append(batch.id)
             return ack
         }
-    }
-
-    private func apply(_ c: RowChange, _ s: inout State, as newKey: RowKey? = nil, serverValues: [String: Value] = [:]) -> RowResult {
-        let key = newKey ?? c.key
-        let keyNames = ExactNames(keyFields[exactly: c.table] ?? ["id"])
-        var rows = s.rows[c.table] ?? [:]
-        switch c.kind {
-        case .insert:
-            guard rows[key] == nil else { return RowResult(table: c.table, key: c.key, status: .conflict) }
-            rows[key] = c.values.filter { !$0.value.isNull && !keyNames.contains($0.key) }
-        case .update:
-            guard var row = rows[key] else { return RowResult(table: c.table, key: c.key, status: .conflict) }
-            // A row holds one of two names `==` calls equal (a `[String: Value]` has room for
-            // one), as `RowRule` has a row hold them, and strata-server: the other is refused.
-            for f in c.values.keys where row[f] != nil && row[exactly: f] == nil {
-                let held = row.keys.first { $0 == f }!
-                let reason = "row \(c.key) of table '\(c.table)' holds the field '\(held)' (\(held.codePoints)), which differs from '\(f)' (\(f.codePoints)) only in Unicode form; field names compare by their bytes, and a row holds one of two such names"
-                return RowResult(table: c.table, key: c.key, status: .error, error: RowError(reason: reason, action: .setAside))
-            }
-            for (f, o) in c.originals where (row[f] ?? .null) != o { return RowResult(table: c.table, key: c.key, status: .conflict) }
-            for (f, v) in c.values {
-                if v.isNull { row.removeValue(forKey: f) } else { row[f] = v }
-            }
-            rows[key] = row
-        case .delete:
-            // Already gone: nothing to write, so no version and no tombstone (as the reference
-            // server answers it).
-            guard let row = rows[key] else { return .ok(c.table, c.key) }
-            for (f, o) in c.originals where (row[f] ?? .null) != o { return RowResult(table: c.table, key: c.key, status: .conflict) }
-            // The whole row: a field the delete does not name must be null here (the same
-            // rule as the reference server's).
-            for (f, v) in row where c.originals[exactly: f] == nil && !v.isNull { return RowResult(table: c.table, key: c.key, status: .conflict) }
-            rows[key] = nil
-        }
-        if c.kind != .delete, !serverValues.isEmpty { rows[key]?.merge(serverValues) { $1 } }
-        s.rows[c.table] = rows
-        s.note(c.values.keys.filter { !keyNames.contains($0) }, of: c.table)
-        s.note(serverValues.keys, of: c.table)
-        s.version += 1
-        s.log.append((s.version, c.table, key))
-        return .ok(c.table, c.key, newKey: newKey)
     }
 }
 

@@ -17,8 +17,8 @@ extension Database {
     ///    a second transaction carrying the same id waits on the first one's uncommitted row, then
     ///    finds it taken and answers with the stored acknowledgement, so a batch is never applied
     ///    twice, even concurrently;
-    /// 2. lock the rows the batch names (`FOR UPDATE`) and decide every change in memory, field by
-    ///    field against the server's values;
+    /// 2. lock the rows the batch names (`FOR UPDATE`) and the parents it names (`FOR SHARE`), draw
+    ///    the server-assigned keys, and decide every change in memory by `ServerRules`;
     /// 3. take the version lock, write the rows with versions from the sequence, store the ack,
     ///    and commit. Holding that lock from the first version drawn to the commit makes versions
     ///    commit in order, so a pull that sees version v has seen every version below it.
@@ -34,7 +34,11 @@ extension Database {
         // have changed since, and the answer must not.
         let stored = try await client.withConnection { c in try await storedAnswer(batch, digest: digest, on: c) }
         if let stored { return stored }
-        let changes = normalize(batch)
+        // Checked against the tables before anything is written. A change that violates them is
+        // answered on its own row (`error`, `setAside`, with the reason), as a child of a missing
+        // parent is: refusing the whole batch would hold back every other row of it, and the
+        // client's downloads behind it, for good.
+        let changes = rules.prepare(batch.changes)
         // A deadlock (two batches locking the same rows in another order) or a serialization
         // failure rolls back the whole transaction; it is safe to run it again.
         for attempt in 1... {
@@ -47,68 +51,8 @@ extension Database {
         fatalError("unreachable")
     }
 
-    /// A change as the server stores it (normalized values), or, in `problem`, why the tables
-    /// refuse it.
-    struct CheckedChange {
-        var change: RowChange
-        var problem: String?
-    }
-
-    /// Checks every change against the tables before anything is written. A change that
-    /// violates them is answered on its own row (`error`, `setAside`, with the reason), as a
-    /// child of a missing parent is: refusing the whole batch would hold back every other row
-    /// of it, and the client's downloads behind it, for good.
-    func normalize(_ batch: Batch) -> [CheckedChange] {
-        batch.changes.enumerated().map { i, c in
-            do throws(RequestError) {
-                return CheckedChange(change: try normalize(c, row: "changes[\(i)]"))
-            } catch {
-                return CheckedChange(change: c, problem: error.message)
-            }
-        }
-    }
-
-    private func normalize(_ c: RowChange, row: String) throws(RequestError) -> RowChange {
-        guard let config = tables[table: c.table] else { throw .bad("\(row): unknown table '\(c.table)'") }
-        let table = ServerTable(config)
-        var n = c
-        n.key = try table.checkKey(c.key, row: row)
-        n.values = [:]
-        for (f, v) in c.values { n.values[f] = try table.check(v, field: f, row: row) }
-        n.originals = [:]
-        for (f, v) in c.originals { n.originals[f] = try table.check(v, field: f, row: row) }
-        switch c.kind {
-        case .insert:
-            for (k, v) in zip(table.primaryKey, n.key.values) where (n.values[bytes: k] ?? v) != v {
-                throw .bad("\(row): key field '\(k)' is \(n.values[bytes: k]!) but the key says \(v)")
-            }
-            for f in table.fields where f.nullable != true && f.default == nil && !table.isKeyField(f.name) && n.values[bytes: f.name] == nil {
-                throw .bad("\(row): an insert into '\(c.table)' needs field '\(f.name)'")
-            }
-            guard c.originals.isEmpty else { throw .bad("\(row): an insert has no originals") }
-        case .update:
-            for k in table.primaryKey where c.values[bytes: k] != nil { throw .bad("\(row): an update cannot change key field '\(k)'") }
-        case .delete:
-            guard c.values.isEmpty else { throw .bad("\(row): a delete has no values") }
-        }
-        return n
-    }
-
-    /// A field of `fields` that one of `names` names in another Unicode form (equal under
-    /// Swift's `==`, other bytes), with that name.
-    static func twinField(of fields: [String: Value], in names: [String]) -> (held: String, named: String)? {
-        for name in names {
-            guard let i = fields.index(forKey: name), !fields[i].key.utf8.elementsEqual(name.utf8) else { continue }
-            return (fields[i].key, name)
-        }
-        return nil
-    }
-
-    private struct Stored {
-        var fields: [String: Value]
-        var deleted: Bool
-        var exists: Bool
-    }
+    /// The rules every batch is decided by, shared with `InMemorySyncServer`.
+    var rules: ServerRules { ServerRules(tables) }
 
     /// The stored acknowledgement of `batch`'s id, if a batch with that id was applied, and
     /// only if it carried the same payload (`digest`).
@@ -140,7 +84,7 @@ extension Database {
         return ack
     }
 
-    private func applyOnce(_ batch: Batch, _ digest: String, _ changes: [CheckedChange]) async throws -> BatchAck {
+    private func applyOnce(_ batch: Batch, _ digest: String, _ changes: ServerRules.Prepared) async throws -> BatchAck {
         try await client.withConnection { c in
             try await c.query("BEGIN", logger: logger)
             do {
@@ -169,125 +113,55 @@ extension Database {
         String(decoding: (try? WireFormat.encode(key.values)) ?? Data(), as: UTF8.self)
     }
 
-    private func decideAndWrite(_ batch: Batch, _ checked: [CheckedChange], on c: PostgresConnection) async throws -> BatchAck {
-        // Rows the tables refuse are answered in their place below, and neither read nor written.
-        let changes = checked.compactMap { $0.problem == nil ? $0.change : nil }
-        // Lock every row the batch names, in one statement, in key order.
-        let named = Set(changes.map { StoredRowID($0.table, Self.keyText($0.key)) }).sorted()
-        var rows: [StoredRowID: Stored] = [:]
+    private func decideAndWrite(_ batch: Batch, _ prepared: ServerRules.Prepared, on c: PostgresConnection) async throws -> BatchAck {
+        // Lock every row the batch names (the rows the tables refuse are neither read nor
+        // written), in one statement, in key order.
+        let named = prepared.rows.map { StoredRowID($0.table, $0.keyText) }
+        var stored: [ServerRules.RowID: ServerRules.StoredRow] = [:]
+        let byText = Dictionary(prepared.rows.map { (StoredRowID($0.table, $0.keyText), $0) }) { a, _ in a }
         let locked = try await c.query("""
             SELECT tbl, key, fields, deleted FROM strata_rows
             WHERE (tbl, key) IN (SELECT * FROM unnest(\(named.map(\.table))::text[], \(named.map(\.key))::text[]))
             ORDER BY tbl, key FOR UPDATE
             """, logger: logger)
+        var exists = Set<StoredRowID>()
         for try await (tbl, key, fields, deleted) in locked.decode((String, String, String, Bool).self) {
-            rows[StoredRowID(tbl, key)] = Stored(fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted, exists: true)
+            exists.insert(StoredRowID(tbl, key))
+            guard let id = byText[StoredRowID(tbl, key)] else { continue }
+            stored[id] = ServerRules.StoredRow(fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted)
         }
 
         // The parents that children in this batch name, as they are now (shared locks, so that
         // no batch deletes one before this one commits). A parent this batch itself inserts or
-        // deletes is judged by the batch's own state below.
-        var parentRefs = Set<StoredRowID>()
-        for change in changes where change.kind != .delete {
-            for a in tables.associations where a.child == change.table {
-                if let v = change.values[a.field], !v.isNull { parentRefs.insert(StoredRowID(a.parent, Self.keyText(RowKey([v])))) }
-            }
-        }
-        var liveParents = Set<StoredRowID>()
-        if !parentRefs.isEmpty {
-            let refs = parentRefs.sorted()
+        // deletes is judged by the batch's own state.
+        var liveParents = Set<ServerRules.RowID>()
+        if !prepared.parents.isEmpty {
+            let refs = prepared.parents.map { StoredRowID($0.table, $0.keyText) }
+            let parents = Dictionary(prepared.parents.map { (StoredRowID($0.table, $0.keyText), $0) }) { a, _ in a }
             let found = try await c.query("""
                 SELECT tbl, key FROM strata_rows
                 WHERE (tbl, key) IN (SELECT * FROM unnest(\(refs.map(\.table))::text[], \(refs.map(\.key))::text[])) AND NOT deleted
                 ORDER BY tbl, key FOR SHARE
                 """, logger: logger)
-            for try await (t, k) in found.decode((String, String).self) { liveParents.insert(StoredRowID(t, k)) }
+            for try await (t, k) in found.decode((String, String).self) {
+                if let id = parents[StoredRowID(t, k)] { liveParents.insert(id) }
+            }
+        }
+        var keys: [Value] = []
+        if prepared.keysToDraw > 0 {
+            let drawn = try await c.query("SELECT nextval('strata_keys') FROM generate_series(1, \(prepared.keysToDraw))", logger: logger)
+            for try await k in drawn.decode(Int64.self) { keys.append(.int(k)) }
+            keys.sort { $0.intValue! < $1.intValue! }
         }
 
-        var results: [RowResult] = []
-        var written: [StoredRowID: Int] = [:]   // row → index of the result that wrote it
-        var rekeyed: [String: [Value: Value]] = [:]   // parent table → client key → server key
-        for (change, problem) in checked.map({ ($0.change, $0.problem) }) {
-            if let problem {
-                results.append(RowResult(table: change.table, key: change.key, status: .error, error: RowError(reason: problem, action: .setAside)))
-                continue
-            }
-            guard let table = tables[table: change.table] else { continue }
-            var change = change
-            // A child naming a parent that this batch re-keyed follows the parent's new key.
-            for a in tables.associations where a.child == change.table {
-                if let v = change.values[a.field], let new = rekeyed[a.parent]?[v] { change.values[a.field] = new }
-            }
-            var key = change.key
-            var newKey: RowKey?
-            if change.kind == .insert, table.serverAssignedKey == true {
-                let next = try await c.query("SELECT nextval('strata_keys')", logger: logger).collect()
-                let k = Value.int(try next[0].decode(Int64.self))
-                newKey = RowKey([k])
-                key = RowKey([k])
-                change.values[table.primaryKey[0]] = k
-                rekeyed[change.table, default: [:]][change.key.values[0]] = k
-            }
-            // A child must name a parent that exists: otherwise the row is refused and set aside
-            // on the client, with the reason, for the app to fix or discard.
-            var orphan: String?
-            if change.kind != .delete {
-                for a in tables.associations where a.child == change.table {
-                    guard let v = change.values[bytes: a.field], !v.isNull else { continue }
-                    let parent = StoredRowID(a.parent, Self.keyText(RowKey([v])))
-                    let live = rows[parent].map { !$0.deleted } ?? liveParents.contains(parent)
-                    if !live { orphan = "\(a.field) names \(a.parent) \(v), which does not exist on the server" }
-                }
-            }
-            if let orphan {
-                results.append(RowResult(table: change.table, key: change.key, status: .error, error: RowError(reason: orphan, action: .setAside)))
-                continue
-            }
-            let id = StoredRowID(change.table, Self.keyText(key))
-            var row = rows[id] ?? Stored(fields: [:], deleted: true, exists: false)
-            let live = !row.deleted
-            func matches(_ originals: [String: Value]) -> Bool {
-                originals.allSatisfy { f, o in (row.fields[bytes: f] ?? .null) == o }
-            }
-            let nonKey = change.values.filter { !table.isKeyField($0.key) }
-            // A row holds one of two field names that Swift's `==` calls equal (its fields are a
-            // `[String: Value]`, which has room for one), as a client's store does: a change
-            // naming the other form of a field the row holds is set aside, not merged into it.
-            if live, let (held, named) = Self.twinField(of: row.fields, in: Array(change.values.keys) + Array(change.originals.keys)) {
-                let reason = "row \(change.key) of table '\(change.table)' holds the field '\(held)', which differs from '\(named)' only in Unicode form; field names compare by their bytes, and a row holds one of two such names"
-                results.append(RowResult(table: change.table, key: change.key, status: .error, error: RowError(reason: reason, action: .setAside)))
-                continue
-            }
-            switch change.kind {
-            case .insert:
-                guard !live else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
-                // A property bag's row inserted over a deleted one lists the old row's fields as
-                // null (kept by the delete): a client that never saw the delete gets the two as
-                // one upsert, where a field left out means "unchanged", and would keep the old
-                // row's values (EndToEndTests trial seed 14939751394073512899).
-                var fields: [String: Value] = table.isPropertyBag ? row.fields.mapValues { _ in .null } : [:]
-                for f in table.fields where !table.isKeyField(f.name) { fields[f.name] = f.default }
-                fields.merge(nonKey) { $1 }
-                row = Stored(fields: fields.filter { table.isPropertyBag || !$0.value.isNull }, deleted: false, exists: row.exists)
-            case .update:
-                guard live, matches(change.originals) else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
-                // A property bag keeps a cleared field as null, so pulls list it as cleared.
-                for (f, v) in nonKey { row.fields[f] = v.isNull && !table.isPropertyBag ? nil : v }
-            case .delete:
-                guard live else { results.append(.ok(change.table, change.key)); continue }   // already gone
-                // A delete changes every field, so it checks the whole row: the originals it
-                // names, and that every field it does not name is null here (a client names only
-                // its non-null originals). Otherwise a field someone set since the client last
-                // saw it null, or one the client never knew, would be deleted unseen.
-                let unnamedAreNull = row.fields.allSatisfy { f, v in change.originals[bytes: f] != nil || v.isNull }
-                guard matches(change.originals), unnamedAreNull else { results.append(RowResult(table: change.table, key: change.key, status: .conflict)); continue }
-                row.deleted = true
-                // A property bag keeps the names as null, for an insert over the tombstone (above).
-                row.fields = table.isPropertyBag ? row.fields.mapValues { _ in .null } : [:]
-            }
-            rows[id] = row
-            written[id] = results.count
-            results.append(.ok(change.table, change.key, newKey: newKey))
+        let outcome = rules.decide(prepared, stored: stored, liveParents: liveParents, drawnKeys: keys)
+        var results = outcome.results
+        var rows: [StoredRowID: (fields: [String: Value], deleted: Bool, exists: Bool)] = [:]
+        var written: [StoredRowID: Int] = [:]   // row → index of the result that last wrote it
+        for w in outcome.writes {
+            let id = StoredRowID(w.id.table, w.id.keyText)
+            rows[id] = (w.fields ?? Dictionary(uniqueKeysWithValues: w.tombstoneNames.map { ($0, Value.null) }), w.fields == nil, exists.contains(id))
+            written[id] = w.result
         }
 
         try await c.query("SELECT pg_advisory_xact_lock(\(Self.versionLock))", logger: logger)

@@ -1,0 +1,364 @@
+import Foundation
+import Strata
+
+/// What a sync server does with a batch, decided in memory: every row's result and the rows to
+/// write. `strata-server` and `InMemorySyncServer` (StrataTesting) both decide by these rules, so
+/// the test double that most sync tests run against cannot drift from the real server; what
+/// differs between them is only where the rows are kept, and the server's locks.
+///
+/// The rules, per change of a batch, in order:
+/// - **refused by the tables**: an unknown table (unless ``UnknownTable/taken(keyFields:)``), a
+///   key or value `RowRule` refuses, a key over ``maxStoredKeyBytes``, an insert whose key fields
+///   disagree with its key or that lacks a field with no default, an insert with originals, an
+///   update of a key field, a delete with values: `error` with `setAside` and the reason. Values
+///   are stored normalized (an int for a double field becomes a double).
+/// - **server-assigned keys**: an insert into a table with `serverAssignedKey` takes the next of
+///   the drawn keys (``Prepared/keysToDraw`` of them), answered as `newKey`; a child later in the
+///   batch that names the parent's client key in an association field names the new key
+///   (`AckRules.followingKeys`, the rule a client applies to the acknowledgement).
+/// - **children of a missing parent**: a change (not a delete) to a declared table whose
+///   association field names a parent that is not live, in the stored rows or in the batch so
+///   far, is `error`/`setAside`.
+/// - **a field in two Unicode forms**: a change naming a field the live row holds in another
+///   Unicode form is `error`/`setAside` (a row holds one of two such names).
+/// - **insert**: over a live row, `conflict`; otherwise the row is the table's defaults with the
+///   values over them.
+/// - **update**: of a row that is not live, or whose originals differ from the row's values
+///   (field by field, a missing field being null), `conflict`.
+/// - **delete**: of a row already gone, `ok` with nothing written; otherwise the originals must
+///   match and every field the delete does not name must be null (a delete changes the whole
+///   row), else `conflict`.
+/// - A null value clears a field, except in a property bag, which keeps it as null so that pulls
+///   list it as cleared.
+public struct ServerRules: Sendable {
+    /// What a change to a table the rules were not given gets.
+    public enum UnknownTable: Sendable {
+        /// Refused, `error`/`setAside` (`strata-server`).
+        case refused
+        /// Taken as it comes, unchecked, with these key fields per table (`["id"]` for a table
+        /// not listed): `InMemorySyncServer`'s rows of tables it was not given.
+        case taken(keyFields: [String: [String]])
+    }
+
+    /// A row of the server: its table and its key, compared, hashed and ordered by the UTF-8
+    /// bytes of the table name and of the key's wire JSON (``keyText``), as PostgreSQL compares
+    /// `text` and clients compare keys.
+    public struct RowID: Hashable, Comparable, Sendable {
+        /// The table's name.
+        public let table: String
+        /// The key.
+        public let key: RowKey
+        /// The key's values as the wire format writes them: how `strata-server` stores the key.
+        public let keyText: String
+
+        /// The row `key` of `table`.
+        public init(_ table: String, _ key: RowKey) {
+            self.table = table
+            self.key = key
+            self.keyText = Self.text(key)
+        }
+
+        /// The key's values as the wire format writes them.
+        public static func text(_ key: RowKey) -> String {
+            String(decoding: (try? WireFormat.encode(key.values)) ?? Data(), as: UTF8.self)
+        }
+
+        public static func == (a: RowID, b: RowID) -> Bool {
+            a.table.sameBytes(b.table) && a.keyText.sameBytes(b.keyText)
+        }
+
+        public func hash(into hasher: inout Hasher) {
+            for part in [table, keyText] {
+                hasher.combine(part.utf8.count)
+                for byte in part.utf8 { hasher.combine(byte) }
+            }
+        }
+
+        public static func < (a: RowID, b: RowID) -> Bool {
+            if !a.table.sameBytes(b.table) { return a.table.utf8.lexicographicallyPrecedes(b.table.utf8) }
+            return a.keyText.utf8.lexicographicallyPrecedes(b.keyText.utf8)
+        }
+    }
+
+    /// A stored row: its fields (key fields left out), or a row that was deleted.
+    public struct StoredRow: Sendable, Hashable {
+        /// The row's fields, key fields left out.
+        public var fields: [String: Value]
+        /// Whether the row is deleted (a tombstone): not live.
+        public var deleted: Bool
+
+        /// A row with these fields, live unless `deleted`.
+        public init(fields: [String: Value], deleted: Bool = false) {
+            self.fields = fields
+            self.deleted = deleted
+        }
+    }
+
+    /// A batch's changes checked against the tables, with what must be read before deciding it.
+    public struct Prepared: Sendable {
+        /// The changes, normalized where the tables take them.
+        public let changes: [RowChange]
+        /// Why the tables refuse each change, or `nil`.
+        public let problems: [String?]
+        /// The rows the changes the tables take name, sorted: read (and lock) them, with their
+        /// tombstones, for ``ServerRules/decide(_:stored:liveParents:drawnKeys:custom:)``.
+        public let rows: [RowID]
+        /// The parents that those changes name, sorted: which of them are live is an input.
+        public let parents: [RowID]
+        /// How many keys to draw for inserts into tables with server-assigned keys.
+        public let keysToDraw: Int
+    }
+
+    /// A row to write: its new fields, or `nil` when it is deleted.
+    public struct Write: Sendable, Hashable {
+        /// The row, under the key it is stored with (a server-assigned one, if drawn).
+        public var id: RowID
+        /// Its fields after the change (key fields left out), or `nil`: deleted.
+        public var fields: [String: Value]?
+        /// For a deleted property-bag row: the names of the fields it had, which the tombstone
+        /// keeps (as null) so that a row inserted over it lists them as null. A client that
+        /// missed the delete gets the two as one upsert, where a field left out means
+        /// "unchanged": without them it would keep the old row's values.
+        public var tombstoneNames: [String] = []
+        /// The index in ``Outcome/results`` of the result of the change that wrote it.
+        public var result: Int
+    }
+
+    /// A decided batch.
+    public struct Outcome: Sendable {
+        /// One result per change, in the batch's order.
+        public var results: [RowResult]
+        /// The rows written, in the order of the changes that wrote them (a row changed twice is
+        /// listed twice; the last write holds its state).
+        public var writes: [Write]
+    }
+
+    /// The tables, by name compared by bytes.
+    public let tables: [TablesFile.Table]
+    /// The references between tables: which fields name parents.
+    public let associations: [Association]
+    /// What a change to a table not in ``tables`` gets.
+    public let unknownTable: UnknownTable
+
+    /// The rules for `tables` and `associations`; a change to another table gets `unknownTable`.
+    public init(tables: [TablesFile.Table], associations: [Association] = [], unknownTable: UnknownTable = .refused) {
+        self.tables = tables
+        self.associations = associations
+        self.unknownTable = unknownTable
+    }
+
+    /// The rules of a tables file, which refuse changes to tables it does not list.
+    public init(_ file: TablesFile) {
+        self.init(tables: file.tables, associations: file.associations)
+    }
+
+    /// The most bytes a row's table name and key (its JSON, as stored) take together.
+    /// PostgreSQL refuses an index entry over about 2,700 bytes (a third of a page), and
+    /// `strata-server` indexes rows on (table, key). `RowRule.maxKeyBytes` bounds a key well below
+    /// this, except one made mostly of control characters, which JSON writes 6 bytes each.
+    public static let maxStoredKeyBytes = 2000
+
+    private func table(_ name: String) -> TablesFile.Table? { tables.first { $0.name.sameBytes(name) } }
+
+    /// The key fields of `table`, declared or taken.
+    private func keyFields(_ name: String) -> [String] {
+        if let t = table(name) { return t.primaryKey }
+        if case .taken(let keys) = unknownTable { return keys[exactly: name] ?? ["id"] }
+        return []
+    }
+
+    /// Checks every change against the tables and lists what to read before deciding.
+    public func prepare(_ changes: [RowChange]) -> Prepared {
+        var checked: [RowChange] = []
+        var problems: [String?] = []
+        var rows = Set<RowID>()
+        var parents = Set<RowID>()
+        var keys = 0
+        for (i, c) in changes.enumerated() {
+            do throws(StrataError) {
+                let n = try check(c)
+                checked.append(n)
+                problems.append(nil)
+                rows.insert(RowID(n.table, n.key))
+                if n.kind == .insert, table(n.table)?.serverAssignedKey == true { keys += 1 }
+                if n.kind != .delete, table(n.table) != nil {
+                    for a in associations where a.child.sameBytes(n.table) {
+                        if let v = n.values[exactly: a.field], !v.isNull { parents.insert(RowID(a.parent, RowKey([v]))) }
+                    }
+                }
+            } catch {
+                checked.append(c)
+                problems.append("changes[\(i)]: \(error.message)")
+            }
+        }
+        return Prepared(changes: checked, problems: problems, rows: rows.sorted(), parents: parents.sorted(), keysToDraw: keys)
+    }
+
+    /// `c` normalized, or why the tables refuse it.
+    private func check(_ c: RowChange) throws(StrataError) -> RowChange {
+        guard let config = table(c.table) else {
+            if case .taken = unknownTable { return c }
+            throw StrataError(.malformedInput, "unknown table '\(c.table)'")
+        }
+        let schema = config.schema
+        var n = c
+        n.key = try RowRule.admit(key: c.key, of: schema)
+        let size = config.name.utf8.count + RowID.text(n.key).utf8.count
+        guard size <= Self.maxStoredKeyBytes else {
+            throw StrataError(.malformedInput, "the key takes \(size) bytes as the server stores it, with its table name; the server takes at most \(Self.maxStoredKeyBytes)")
+        }
+        // In the order of the names' bytes: of two bad fields, the one named is the same on every
+        // server (a dictionary's order differs from process to process).
+        n.values = [:]
+        for (f, v) in Self.ordered(c.values) { n.values[f] = try RowRule.admit(v, field: f, of: schema) }
+        n.originals = [:]
+        for (f, v) in Self.ordered(c.originals) { n.originals[f] = try RowRule.admit(v, field: f, of: schema) }
+        let isKey = ExactNames(config.primaryKey)
+        switch c.kind {
+        case .insert:
+            for (k, v) in zip(config.primaryKey, n.key.values) where (n.values[exactly: k] ?? v) != v {
+                throw StrataError(.malformedInput, "key field '\(k)' is \(n.values[exactly: k]!) but the key says \(v)")
+            }
+            for f in config.fields where f.nullable != true && f.default == nil && !isKey.contains(f.name) && n.values[exactly: f.name] == nil {
+                throw StrataError(.malformedInput, "an insert into '\(c.table)' needs field '\(f.name)'")
+            }
+            guard c.originals.isEmpty else { throw StrataError(.malformedInput, "an insert has no originals") }
+        case .update:
+            for k in config.primaryKey where c.values[exactly: k] != nil {
+                throw StrataError(.malformedInput, "an update cannot change key field '\(k)'")
+            }
+        case .delete:
+            guard c.values.isEmpty else { throw StrataError(.malformedInput, "a delete has no values") }
+        }
+        return n
+    }
+
+    /// Decides a prepared batch.
+    ///
+    /// - Parameters:
+    ///   - prepared: the batch, as ``prepare(_:)`` checked it.
+    ///   - stored: the rows of ``Prepared/rows`` the server has, tombstones included (a row
+    ///     missing here was never stored).
+    ///   - liveParents: which of ``Prepared/parents`` are live.
+    ///   - drawnKeys: ``Prepared/keysToDraw`` fresh keys, used in order.
+    ///   - custom: a result to use instead of the rules' own for a change the tables take (a test
+    ///     double's hook). An `ok` is applied through the same rules, under its `newKey` and with
+    ///     its `serverValues`; if they answer otherwise (a stale original, a taken key), that
+    ///     answer is used, since an `ok` would confirm a row never written.
+    public func decide(
+        _ prepared: Prepared, stored: [RowID: StoredRow], liveParents: Set<RowID>, drawnKeys: [Value],
+        custom: ((RowChange) -> RowResult?)? = nil
+    ) -> Outcome {
+        var state = stored
+        var out = Outcome(results: [], writes: [])
+        var rekeyed: [String: [Value: Value]] = [:]   // parent table → client key → server key
+        var drawn = drawnKeys.makeIterator()
+        for (sent, problem) in zip(prepared.changes, prepared.problems) {
+            if let problem {
+                out.results.append(Self.setAside(sent, problem))
+                continue
+            }
+            // A child naming a parent that this batch re-keyed follows the parent's new key.
+            var change = AckRules.followingKeys(sent, rekeyed: rekeyed, associations: associations)
+            var newKey: RowKey?
+            var serverValues: [String: Value] = [:]
+            var answer: RowResult?
+            if let result = custom?(change) {
+                guard result.status == .ok else { out.results.append(result); continue }
+                newKey = result.newKey
+                serverValues = result.serverValues ?? [:]
+                answer = result
+            } else if change.kind == .insert, let t = table(change.table), t.serverAssignedKey == true, let k = drawn.next() {
+                newKey = RowKey([k])
+                change.values[t.primaryKey[0]] = k
+                answer = .ok(change.table, change.key, newKey: newKey)
+            }
+            let key = newKey ?? change.key
+            let result = apply(change, under: RowID(change.table, key), serverValues: serverValues, &state, liveParents, &out)
+            if result.status == .ok, change.kind == .insert, let k = newKey, k.values.count == 1, change.key.values.count == 1 {
+                rekeyed[change.table, default: [:]][change.key.values[0]] = k.values[0]
+            }
+            out.results.append(result.status == .ok ? answer ?? result : result)
+        }
+        return out
+    }
+
+    /// `fields` sorted by the bytes of their names.
+    private static func ordered(_ fields: [String: Value]) -> [(key: String, value: Value)] {
+        fields.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+    }
+
+    private static func setAside(_ c: RowChange, _ reason: String) -> RowResult {
+        RowResult(table: c.table, key: c.key, status: .error, error: RowError(reason: reason, action: .setAside))
+    }
+
+    /// The result of one change the tables take, stored as `id`; an `ok` records its write.
+    private func apply(
+        _ change: RowChange, under id: RowID, serverValues: [String: Value], _ state: inout [RowID: StoredRow],
+        _ liveParents: Set<RowID>, _ out: inout Outcome
+    ) -> RowResult {
+        let conflict = RowResult(table: change.table, key: change.key, status: .conflict)
+        let config = table(change.table)
+        // A child must name a parent that exists: otherwise the row is refused and set aside on
+        // the client, with the reason, for the app to fix or discard. Only a declared table's
+        // rows are checked: rows of a table taken as they come are taken whatever they name.
+        if change.kind != .delete, config != nil {
+            for a in associations where a.child.sameBytes(change.table) {
+                guard let v = change.values[exactly: a.field], !v.isNull else { continue }
+                let parent = RowID(a.parent, RowKey([v]))
+                let live = state[parent].map { !$0.deleted } ?? liveParents.contains(parent)
+                if !live { return Self.setAside(change, "\(a.field) names \(a.parent) \(v), which does not exist on the server") }
+            }
+        }
+        let isKey = ExactNames(keyFields(change.table))
+        let keepsNull = config?.isPropertyBag == true
+        var row = state[id] ?? StoredRow(fields: [:], deleted: true)
+        let live = !row.deleted
+        // A row holds one of two field names that Swift's `==` calls equal (its fields are a
+        // `[String: Value]`, which has room for one), as a client's store does: a change naming
+        // the other form of a field the row holds is set aside, not merged into it.
+        if live {
+            for (name, _) in Self.ordered(change.values) + Self.ordered(change.originals) {
+                guard let i = row.fields.index(forKey: name), !row.fields[i].key.sameBytes(name) else { continue }
+                let held = row.fields[i].key
+                return Self.setAside(change, "row \(change.key) of table '\(change.table)' holds the field '\(held)' (\(held.codePoints)), which differs from '\(name)' (\(name.codePoints)) only in Unicode form; field names compare by their bytes, and a row holds one of two such names")
+            }
+        }
+        func matches(_ originals: [String: Value]) -> Bool {
+            originals.allSatisfy { f, o in (row.fields[exactly: f] ?? .null) == o }
+        }
+        let nonKey = change.values.filter { !isKey.contains($0.key) }
+        switch change.kind {
+        case .insert:
+            guard !live else { return conflict }
+            // A property bag's row inserted over a tombstone lists the old row's fields as null
+            // (see `Write.tombstoneNames`).
+            var fields: [String: Value] = keepsNull ? row.fields.mapValues { _ in .null } : [:]
+            for f in config?.fields ?? [] where !isKey.contains(f.name) { fields[f.name] = f.default }
+            fields.merge(nonKey) { $1 }
+            row = StoredRow(fields: fields.filter { keepsNull || !$0.value.isNull })
+        case .update:
+            guard live, matches(change.originals) else { return conflict }
+            for (f, v) in nonKey {
+                // Not `fields[f] = … ? nil : v`: `Value` is `ExpressibleByNilLiteral`, so that
+                // `nil` would be stored as `.null` rather than remove the field.
+                if v.isNull && !keepsNull { row.fields.removeValue(forKey: f) } else { row.fields[f] = v }
+            }
+        case .delete:
+            guard live else { return .ok(change.table, change.key) }   // already gone: nothing written
+            // A delete changes every field, so it checks the whole row: the originals it names,
+            // and that every field it does not name is null here (a client names only its
+            // non-null originals). Otherwise a field someone set since the client last saw it
+            // null, or one the client never knew, would be deleted unseen.
+            let unnamedAreNull = row.fields.allSatisfy { f, v in change.originals[exactly: f] != nil || v.isNull }
+            guard matches(change.originals), unnamedAreNull else { return conflict }
+            row = StoredRow(fields: keepsNull ? row.fields.mapValues { _ in .null } : [:], deleted: true)
+        }
+        if change.kind != .delete { row.fields.merge(serverValues) { $1 } }
+        state[id] = row
+        var write = Write(id: id, fields: row.deleted ? nil : row.fields, result: out.results.count)
+        if row.deleted { write.tombstoneNames = row.fields.keys.sorted() }
+        out.writes.append(write)
+        return .ok(change.table, change.key)
+    }
+}

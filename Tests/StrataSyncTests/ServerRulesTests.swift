@@ -1,0 +1,89 @@
+import Foundation
+import Strata
+import StrataSync
+import Testing
+
+/// `ServerRules` on its own, without a server: what `strata-server` and `InMemorySyncServer`
+/// both rely on it to decide (their agreement is `ServerRulesEquivalenceTests`, Server/Tests).
+@Suite struct ServerRulesTests {
+    static let file = TablesFile(
+        tables: [
+            .init(name: "lists", primaryKey: ["id"], fields: [.init(name: "id", type: .int), .init(name: "name", type: .string)], serverAssignedKey: true),
+            .init(name: "tasks", primaryKey: ["id"], fields: [
+                .init(name: "id", type: .int), .init(name: "title", type: .string),
+                .init(name: "done", type: .bool, default: false), .init(name: "list", type: .int, nullable: true),
+            ]),
+            .init(name: "settings", mode: .propertyBag, primaryKey: ["name"], fields: [.init(name: "name", type: .string)]),
+        ],
+        associations: [Association(child: "tasks", field: "list", parent: "lists")])
+
+    static func decide(_ changes: [RowChange], stored: [ServerRules.RowID: ServerRules.StoredRow] = [:], liveParents: Set<ServerRules.RowID> = [], keys: [Value] = []) -> ServerRules.Outcome {
+        let rules = ServerRules(file)
+        let prepared = rules.prepare(changes)
+        return rules.decide(prepared, stored: stored, liveParents: liveParents, drawnKeys: keys)
+    }
+
+    /// A new list takes the drawn key; a task in the same batch naming the list's client key is
+    /// written naming the drawn key, with the table's default filled in.
+    @Test func aChildFollowsItsParentsDrawnKey() {
+        let rules = ServerRules(Self.file)
+        let changes = [
+            RowChange(table: "lists", key: -1, kind: .insert, values: ["name": "l"]),
+            RowChange(table: "tasks", key: 1, kind: .insert, values: ["id": 1, "title": "t", "list": -1]),
+        ]
+        let prepared = rules.prepare(changes)
+        #expect(prepared.keysToDraw == 1)
+        let out = rules.decide(prepared, stored: [:], liveParents: [], drawnKeys: [40])
+        #expect(out.results.map(\.status) == [.ok, .ok])
+        #expect(out.results[0].newKey == RowKey(40))
+        #expect(out.writes.map(\.id) == [ServerRules.RowID("lists", 40), ServerRules.RowID("tasks", 1)])
+        #expect(out.writes[1].fields == ["title": "t", "list": 40, "done": false])
+    }
+
+    /// A child naming a parent that is neither stored nor live is set aside, and nothing written.
+    @Test func aChildOfAMissingParentIsSetAside() {
+        let change = RowChange(table: "tasks", key: 1, kind: .insert, values: ["id": 1, "title": "t", "list": 7])
+        let missing = Self.decide([change])
+        #expect(missing.results[0].status == .error && missing.results[0].error?.action == .setAside)
+        #expect(missing.writes.isEmpty)
+        let present = Self.decide([change], liveParents: [ServerRules.RowID("lists", 7)])
+        #expect(present.results[0].status == .ok && present.writes.count == 1)
+    }
+
+    /// A delete of a row already gone is `ok` and writes nothing; a delete that leaves a non-null
+    /// field unnamed is a conflict; one that names every field deletes the row.
+    @Test func deletesCoverTheWholeRow() {
+        let id = ServerRules.RowID("tasks", 1)
+        let stored = [id: ServerRules.StoredRow(fields: ["title": "t", "done": true])]
+        let gone = Self.decide([RowChange(table: "tasks", key: 1, kind: .delete, originals: ["title": "t"])], stored: [id: .init(fields: [:], deleted: true)])
+        #expect(gone.results[0].status == .ok && gone.writes.isEmpty)
+        let partial = Self.decide([RowChange(table: "tasks", key: 1, kind: .delete, originals: ["title": "t"])], stored: stored)
+        #expect(partial.results[0].status == .conflict && partial.writes.isEmpty)
+        let whole = Self.decide([RowChange(table: "tasks", key: 1, kind: .delete, originals: ["title": "t", "done": true])], stored: stored)
+        #expect(whole.results[0].status == .ok && whole.writes.map(\.id) == [id] && whole.writes[0].fields == nil)
+    }
+
+    /// Refusals name the change and the reason; an unknown table is refused unless taken.
+    @Test func refusalsSayWhy() {
+        let out = Self.decide([
+            RowChange(table: "tasks", key: 1, kind: .insert, values: ["id": 1]),
+            RowChange(table: "nope", key: 1, kind: .insert, values: ["id": 1]),
+        ])
+        #expect(out.results.map(\.error?.reason) == [
+            "changes[0]: an insert into 'tasks' needs field 'title'", "changes[1]: unknown table 'nope'",
+        ])
+        let open = ServerRules(tables: [], unknownTable: .taken(keyFields: [:]))
+        let taken = open.decide(open.prepare([RowChange(table: "nope", key: 1, kind: .insert, values: ["id": 1, "x": 2])]), stored: [:], liveParents: [], drawnKeys: [])
+        #expect(taken.results[0].status == .ok && taken.writes[0].fields == ["x": 2])
+    }
+
+    /// A property bag keeps a cleared field as null; a fixed table drops it.
+    @Test func aPropertyBagKeepsAClearedFieldAsNull() {
+        let bag = ServerRules.RowID("settings", RowKey(.string("a")))
+        let out = Self.decide([RowChange(table: "settings", key: RowKey(.string("a")), kind: .update, values: ["v": .null], originals: ["v": 1])], stored: [bag: .init(fields: ["v": 1])])
+        #expect(out.writes[0].fields == ["v": .null])
+        let task = ServerRules.RowID("tasks", 1)
+        let fixed = Self.decide([RowChange(table: "tasks", key: 1, kind: .update, values: ["list": .null], originals: ["list": 3])], stored: [task: .init(fields: ["title": "t", "list": 3])])
+        #expect(fixed.writes[0].fields == ["title": "t"])
+    }
+}
