@@ -23,6 +23,9 @@ public final class InMemorySyncServer: SyncTransport {
     }
     struct State {
         var rows: [String: [RowKey: [String: Value]]] = [:]
+        /// The field names a deleted property-bag row's tombstone keeps (see
+        /// `ServerRules.Write.tombstoneNames`), as strata-server keeps them: the rules read them.
+        var tombstones: [String: [RowKey: [String]]] = [:]
         /// Every field name each table's rows have held, each once by its bytes (two names that
         /// Swift's `==` calls equal are two names, as in a client's store).
         var fieldNames: [String: [String]] = [:]
@@ -108,6 +111,7 @@ public final class InMemorySyncServer: SyncTransport {
             } else {
                 s.rows[table]?[key] = nil
             }
+            s.tombstones[table]?[key] = nil
             s.version += 1
             s.log.append((s.version, table, key))
         }
@@ -241,7 +245,11 @@ public final class InMemorySyncServer: SyncTransport {
             let prepared = rules.prepare(batch.changes)
             var stored: [ServerRules.RowID: ServerRules.StoredRow] = [:]
             for id in prepared.rows {
-                if let row = s.rows[id.table]?[id.key] { stored[id] = ServerRules.StoredRow(fields: row) }
+                if let row = s.rows[id.table]?[id.key] {
+                    stored[id] = ServerRules.StoredRow(fields: row)
+                } else if let names = s.tombstones[id.table]?[id.key] {
+                    stored[id] = ServerRules.StoredRow(fields: Dictionary(names.map { ($0, Value.null) }) { first, _ in first }, deleted: true)
+                }
             }
             let liveParents = Set(prepared.parents.filter { s.rows[$0.table]?[$0.key] != nil })
             // Drawn as PostgreSQL's sequence draws them for strata-server: 1, 2, 3, …
@@ -252,6 +260,7 @@ public final class InMemorySyncServer: SyncTransport {
             let outcome = rules.decide(prepared, stored: stored, liveParents: liveParents, drawnKeys: keys, custom: decide)
             for w in outcome.writes {
                 s.rows[w.id.table, default: [:]][w.id.key] = w.fields
+                s.tombstones[w.id.table, default: [:]][w.id.key] = w.fields == nil && !w.tombstoneNames.isEmpty ? w.tombstoneNames : nil
                 let keyNames = ExactNames(keyFields[exactly: w.id.table] ?? ["id"])
                 // A field a change cleared is a field the table has held: pulls list it as null.
                 s.note(prepared.changes[w.result].values.keys.filter { !keyNames.contains($0) }, of: w.id.table)

@@ -1,6 +1,7 @@
 import Foundation
 import Strata
 import StrataSync
+import StrataTesting
 import Testing
 
 /// `ServerRules` on its own, without a server: what `strata-server` and `InMemorySyncServer`
@@ -85,5 +86,35 @@ import Testing
         let task = ServerRules.RowID("tasks", 1)
         let fixed = Self.decide([RowChange(table: "tasks", key: 1, kind: .update, values: ["list": .null], originals: ["list": 3])], stored: [task: .init(fields: ["title": "t", "list": 3])])
         #expect(fixed.writes[0].fields == ["title": "t"])
+    }
+
+    /// A property-bag row inserted over its tombstone lists the old row's fields as null; one
+    /// naming the other Unicode form of a name the tombstone keeps is set aside with the reason,
+    /// not stored under the old name's bytes.
+    @Test func anInsertOverATombstoneListsItsNamesAndRefusesTheirOtherForm() {
+        let key = RowKey(.string("a"))
+        let tombstone = [ServerRules.RowID("settings", key): ServerRules.StoredRow(fields: ["e\u{301}": .null, "v": .null], deleted: true)]
+        let again = Self.decide([RowChange(table: "settings", key: key, kind: .insert, values: ["name": "a", "v": 2])], stored: tombstone)
+        #expect(again.results[0].status == .ok)
+        #expect(again.writes[0].fields == ["e\u{301}": .null, "v": 2])
+        let twin = Self.decide([RowChange(table: "settings", key: key, kind: .insert, values: ["name": "a", "\u{e9}": 2])], stored: tombstone)
+        #expect(twin.results[0].status == .error && twin.results[0].error?.action == .setAside)
+        #expect(twin.results[0].error?.reason.contains("tombstone keeps the field") == true)
+        #expect(twin.writes.isEmpty)
+    }
+
+    /// The double keeps a deleted property-bag row's names, as strata-server's tombstone does:
+    /// a row inserted again lists the old fields as null, so a client that missed the delete
+    /// does not keep their values.
+    @Test func theDoubleKeepsTombstoneNames() async throws {
+        let server = InMemorySyncServer(tablesFile: Self.file)
+        let key = RowKey(.string("a"))
+        func push(_ n: UInt64, _ change: RowChange) async throws -> RowResult.Status {
+            try await server.push(Batch(id: "c-\(n)", clientID: "c", number: n, changes: [change])).results[0].status
+        }
+        #expect(try await push(1, RowChange(table: "settings", key: key, kind: .insert, values: ["name": "a", "v": 1, "w": "old"])) == .ok)
+        #expect(try await push(2, RowChange(table: "settings", key: key, kind: .delete, originals: ["v": 1, "w": "old"])) == .ok)
+        #expect(try await push(3, RowChange(table: "settings", key: key, kind: .insert, values: ["name": "a", "v": 2])) == .ok)
+        #expect(server.rows("settings")[key] == ["v": 2, "w": Value.null])
     }
 }

@@ -316,12 +316,16 @@ public struct ServerRules: Sendable {
         let live = !row.deleted
         // A row holds one of two field names that Swift's `==` calls equal (its fields are a
         // `[String: Value]`, which has room for one), as a client's store does: a change naming
-        // the other form of a field the row holds is set aside, not merged into it.
-        if live {
+        // the other form of a field the row holds is set aside, not merged into it. An insert
+        // over a property bag's tombstone is checked too: the tombstone's names are listed (as
+        // null) with the new row, and merging into one of them would store the new value under
+        // the old name's bytes.
+        if live || change.kind == .insert {
             for (name, _) in Self.ordered(change.values) + Self.ordered(change.originals) {
                 guard let i = row.fields.index(forKey: name), !row.fields[i].key.sameBytes(name) else { continue }
                 let held = row.fields[i].key
-                return Self.setAside(change, "row \(change.key) of table '\(change.table)' holds the field '\(held)' (\(held.codePoints)), which differs from '\(name)' (\(name.codePoints)) only in Unicode form; field names compare by their bytes, and a row holds one of two such names")
+                let holds = live ? "holds" : "was deleted, and its tombstone keeps"
+                return Self.setAside(change, "row \(change.key) of table '\(change.table)' \(holds) the field '\(held)' (\(held.codePoints)), which differs from '\(name)' (\(name.codePoints)) only in Unicode form; field names compare by their bytes, and a row holds one of two such names")
             }
         }
         func matches(_ originals: [String: Value]) -> Bool {
