@@ -1,6 +1,6 @@
 import Foundation
 import Strata
-import StrataSync
+@testable import StrataSync
 import StrataWorkload
 import Synchronization
 import Testing
@@ -184,6 +184,24 @@ final class PagingTransport: SyncTransport {
                     _ = try await SyncClient(store: reference).sync(with: PagingTransport(delta, pageSize: pageSize))
                     #expect(try Self.state(store) == Self.state(reference), "trial \(trial)")
                 }
+            }
+        }
+    }
+
+    /// A pull of several pages checkpoints after a page that leaves the overlay over the
+    /// client's bound, so a first sync's memory does not grow with the delta; the rows are the
+    /// same either way.
+    @Test func aPullOfManyPagesKeepsTheOverlayUnderItsBound() async throws {
+        let delta = ServerDelta(anchor: "z", mode: .snapshot, tables: [
+            TableDelta("tasks", upserts: (1...400).map { ServerRow(["id": .int(Int64($0)), "title": .string("server \($0)")]) }),
+        ])
+        try await withStoreAsync { bounded in
+            try await withStoreAsync { unbounded in
+                _ = try await SyncClient(store: bounded, policy: .serverWins, mergesOnRecords: true, pullOverlayBound: 16 << 10).sync(with: PagingTransport(delta, pageSize: 50))
+                _ = try await SyncClient(store: unbounded, policy: .serverWins).sync(with: PagingTransport(delta, pageSize: 50))
+                #expect(bounded.overlayBytes <= 16 << 10, "the last page's checkpoint leaves at most the bound")
+                #expect(unbounded.overlayBytes > 16 << 10, "400 rows fill more than 16 KiB of overlay: the bound above is what emptied it")
+                #expect(try Self.state(bounded) == Self.state(unbounded))
             }
         }
     }

@@ -118,6 +118,21 @@ extension Store {
             try write { $0.requestCheckpoint() }
         }
     }
+
+    /// Checkpoints when the overlay holds more than `bytes` (a bound tighter than
+    /// ``StoreOptions/overlayBudget``): a bulk load of rows nobody reads yet, such as a first
+    /// sync's pages, gains nothing from keeping them in memory.
+    package func checkpoint(ifOverlayExceeds bytes: Int) throws(StrataError) {
+        guard overlayBytes > bytes else { return }
+        try strataErrors { try write { $0.requestCheckpoint() } }
+    }
+
+    /// The memory the overlay holds, as its budget counts it (entries, their tree's allowance,
+    /// and the arena's bytes, whichever is larger).
+    package var overlayBytes: Int {
+        let version = overlay.current
+        return max(version.bytes, version.arena.storedBytes)
+    }
 }
 
 /// Writing the overlay into LMDB.

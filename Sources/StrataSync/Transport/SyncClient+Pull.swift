@@ -79,6 +79,7 @@ extension SyncClient {
         var report = MergeReport()
         var combined: ServerDelta?   // a snapshot that cannot stream, its pages held until the last
         var merged: [String: Int] = [:]
+        var pages = 0
         var page = try await fetch(cursor)
         while true {
             // The next page travels while this one merges.
@@ -91,6 +92,11 @@ extension SyncClient {
                 throw error
             }
             for t in page.delta.tables { merged[t.table, default: 0] += t.upserts.count + t.deletes.count }
+            pages += 1
+            if next != nil || pages > 1 {
+                // See `pullOverlayBound`: a phone's memory stays flat whatever the delta's size.
+                try store.checkpoint(ifOverlayExceeds: pullOverlayBound)
+            }
             progress?(SyncProgress(phase: .merge, status: .inProgress, processed: merged))
             guard let next, let prefetch else { break }
             cursor = next
