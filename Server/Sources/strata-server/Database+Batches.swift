@@ -125,7 +125,9 @@ extension Database {
             ORDER BY tbl, key FOR UPDATE
             """, logger: logger)
         var exists = Set<StoredRowID>()
-        for try await (tbl, key, fields, deleted) in locked.decode((String, String, String, Bool).self) {
+        for try await row in locked {
+            var cells = Cells(row)
+            let (tbl, key, fields, deleted) = (try cells.next(String.self), try cells.next(String.self), try cells.next(String.self), try cells.next(Bool.self))
             exists.insert(StoredRowID(tbl, key))
             guard let id = byText[StoredRowID(tbl, key)] else { continue }
             stored[id] = ServerRules.StoredRow(fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted)
@@ -143,7 +145,9 @@ extension Database {
                 WHERE (tbl, key) IN (SELECT * FROM unnest(\(refs.map(\.table))::text[], \(refs.map(\.key))::text[])) AND NOT deleted
                 ORDER BY tbl, key FOR SHARE
                 """, logger: logger)
-            for try await (t, k) in found.decode((String, String).self) {
+            for try await row in found {
+                var cells = Cells(row)
+                let (t, k) = (try cells.next(String.self), try cells.next(String.self))
                 if let id = parents[StoredRowID(t, k)] { liveParents.insert(id) }
             }
         }
@@ -187,7 +191,10 @@ extension Database {
                     ON CONFLICT (tbl, key) DO NOTHING RETURNING tbl, key
                     """, logger: logger)
                 var done = Set<StoredRowID>()
-                for try await (t, k) in inserted.decode((String, String).self) { done.insert(StoredRowID(t, k)) }
+                for try await row in inserted {
+                    var cells = Cells(row)
+                    done.insert(StoredRowID(try cells.next(String.self), try cells.next(String.self)))
+                }
                 for id in new where !done.contains(id) {
                     let r = results[written[id]!]
                     results[written[id]!] = RowResult(table: r.table, key: r.key, status: .conflict)

@@ -213,7 +213,9 @@ struct Database: Sendable {
                 """, logger: logger)
             var count = 0
             var anchor = String(until)
-            for try await (tbl, key, fields, deleted, version, stamp) in rows.decode((String, String, String, Bool, Int64, Double).self) {
+            for try await row in rows {
+                var cells = Cells(row)
+                let (tbl, key, fields, deleted, version, stamp) = (try cells.next(String.self), try cells.next(String.self), try cells.next(String.self), try cells.next(Bool.self), try cells.next(Int64.self), try cells.next(Double.self))
                 count += 1
                 if count > limit { page.more = true; continue }
                 anchor = String(version)
@@ -228,7 +230,9 @@ struct Database: Sendable {
                 WHERE (tbl, key) > (\(t), \(k)) AND NOT deleted ORDER BY tbl, key LIMIT \(limit + 1)
                 """, logger: logger)
             var count = 0
-            for try await (tbl, key, fields, deleted, version, stamp) in rows.decode((String, String, String, Bool, Int64, Double).self) {
+            for try await row in rows {
+                var cells = Cells(row)
+                let (tbl, key, fields, deleted, version, stamp) = (try cells.next(String.self), try cells.next(String.self), try cells.next(String.self), try cells.next(Bool.self), try cells.next(Int64.self), try cells.next(Double.self))
                 count += 1
                 if count > limit { page.more = true; continue }
                 page.after = (tbl, key)
