@@ -162,8 +162,16 @@ extension String {
 extension Dictionary where Key == String {
     /// The value under `name` compared by its UTF-8 bytes: `self[name]` hashes and compares as
     /// `==` does, and so finds an entry under `name` in another Unicode form too.
+    ///
+    /// A dictionary of a few entries (a server row's fields) is searched by comparing bytes,
+    /// which costs less than hashing the name. It finds the same entry: an entry under `name`'s
+    /// bytes is the one entry `==` to `name` that the dictionary can hold.
     @inline(__always)
     package subscript(exactly name: String) -> Value? {
+        if count <= 8 {
+            for (key, value) in self where key.sameBytes(name) { return value }
+            return nil
+        }
         guard let i = index(forKey: name), self[i].key.sameBytes(name) else { return nil }
         return self[i].value
     }
