@@ -72,7 +72,10 @@ extension ByteReader {
         switch tag {
         case ValueTag.null, ValueTag.false, ValueTag.true: break
         case ValueTag.int: _ = try varint()
-        case ValueTag.double, ValueTag.timestamp: _ = try bytes(8)
+        case ValueTag.double, ValueTag.timestamp:
+            // As `bytes(8)` checks, without making the slice.
+            guard remaining >= 8 else { throw corrupt("length 8 past the end") }
+            offset += 8
         case ValueTag.string, ValueTag.bytes:
             let n = try varint()
             guard n <= UInt64(remaining) else { throw corrupt("length \(n) past the end") }
