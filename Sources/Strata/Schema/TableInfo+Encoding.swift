@@ -27,7 +27,9 @@ extension TableInfo {
     /// Writes the `rows` key of `key` — table id, then the order-preserving key components —
     /// into `w`, checking the key against the primary key.
     func encodeKey(_ key: RowKey, into w: inout ByteWriter) throws(StrataError) {
-        try RowRule.encodeKey(key, of: schema, tableID: id, definitions: keyFieldIDs.lazy.map { self.definitions[$0]! }, into: &w)
+        // The closure takes the one array it reads, not a copy of the whole table.
+        let definitions = self.definitions
+        try RowRule.encodeKey(key, of: schema, tableID: id, definitions: keyFieldIDs.lazy.map { definitions[$0]! }, into: &w)
     }
 
     /// Decodes the row key from a `rows` key (table id included).

@@ -104,7 +104,8 @@ extension Transaction {
         decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
         annotation: (ServerFieldValues) throws -> [UInt8]
     ) throws -> ServerMergeResult {
-        let t = try self.table(named: table)
+        let ref = try tableRef(named: table)
+        let t = ref.info
         try encodeKey(key, t)
         let stored = try storedRow()
         guard stored != nil || newRows else { return .needsMerge }
