@@ -162,14 +162,28 @@ extension String {
 extension Dictionary where Key == String {
     /// The value under `name` compared by its UTF-8 bytes: `self[name]` hashes and compares as
     /// `==` does, and so finds an entry under `name` in another Unicode form too.
-    ///
-    /// A dictionary of a few entries (a server row's fields) is searched by comparing bytes,
-    /// which costs less than hashing the name. It finds the same entry: an entry under `name`'s
-    /// bytes is the one entry `==` to `name` that the dictionary can hold.
     @inline(__always)
     package subscript(exactly name: String) -> Value? {
+        guard let i = index(forKey: name), self[i].key.sameBytes(name) else { return nil }
+        return self[i].value
+    }
+}
+
+extension Dictionary where Key == String, Value == Strata.Value {
+    /// The value under `name` compared by its UTF-8 bytes, for a row's fields: compiled here for
+    /// `[String: Value]`, so that another module's call does not run the generic form (which
+    /// looks up type metadata at run time).
+    ///
+    /// A dictionary of a few entries (a server row's fields) is searched by comparing bytes,
+    /// which costs less than hashing the name. It finds the same entry as the hash: an entry
+    /// under `name`'s bytes is the one entry `==` to `name` that the dictionary can hold.
+    package subscript(exactly name: String) -> Strata.Value? {
         if count <= 8 {
-            for (key, value) in self where key.sameBytes(name) { return value }
+            var i = startIndex
+            while i != endIndex {
+                if self[i].key.sameBytes(name) { return self[i].value }
+                formIndex(after: &i)
+            }
             return nil
         }
         guard let i = index(forKey: name), self[i].key.sameBytes(name) else { return nil }
