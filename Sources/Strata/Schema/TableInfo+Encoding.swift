@@ -9,7 +9,8 @@ extension TableInfo {
     /// `setRowState` and `mergeServerValues` all call it). The rule itself is ``RowRule``'s,
     /// which the sync server applies too; this form finds the field's definition by its id.
     func admit(_ value: Value, field id: Int?, name fieldName: String, nullable: Bool? = nil) throws(StrataError) -> Value {
-        let def = id.flatMap { definitions[$0] }
+        // Not `id.flatMap { definitions[$0] }`: that closure took a copy of the whole table.
+        let def: FieldDefinition? = if let id { definitions[id] } else { nil }
         return try RowRule.admit(value, table: name, field: fieldName, definition: def, nullable: nullable)
     }
 

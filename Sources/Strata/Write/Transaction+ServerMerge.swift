@@ -209,11 +209,22 @@ extension Transaction {
             guard let def, !def.isNullable, !t.isKeyField(fid), !t.dropped.contains(fid) else { continue }
             if !valued[fid] { return .needsMerge }
         }
-        var decisions: [ServerFieldDecision] = []
-        var ranges: [(base: Range<Int>?, local: Range<Int>?, server: Range<Int>)] = []
+        // Into the transaction's buffers, kept from row to row: two arrays fewer to allocate per
+        // row. The result lends them to the caller; a caller that kept one past the next merge
+        // would only make the next row copy it.
+        var decisions = serverDecisions
+        var ranges = serverRanges
+        serverDecisions = []
+        serverRanges = []
+        decisions.removeAll(keepingCapacity: true)
+        ranges.removeAll(keepingCapacity: true)
         for d in decided where d.tag != 0 {
             decisions.append(ServerFieldDecision(field: t.fieldNames[d.id], action: d.action, tag: d.tag))
             ranges.append((d.base, d.local, d.new))
+        }
+        defer {
+            serverDecisions = decisions
+            serverRanges = ranges
         }
         guard changed else { return .merged(decisions, logged: false) }
         let audit = try valBuf.withUnsafeBytes { v in

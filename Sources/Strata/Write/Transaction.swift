@@ -55,6 +55,10 @@ public final class Transaction {
     @exclusivity(unchecked) var fieldIDs: [Int] = []
     /// The fields a merge on a stored record decided (`mergeServerValues`).
     @exclusivity(unchecked) var decided: [(id: Int, base: Range<Int>?, local: Range<Int>?, new: Range<Int>, action: ServerFieldAction, tag: UInt8)] = []
+    /// The decisions a merge on a stored record recorded and their values' places
+    /// (`mergeServerValues`), reused from row to row.
+    @exclusivity(unchecked) var serverDecisions: [ServerFieldDecision] = []
+    @exclusivity(unchecked) var serverRanges: [(base: Range<Int>?, local: Range<Int>?, server: Range<Int>)] = []
     /// Rows touched, kept only when invariant checks are on.
     private var touched: Set<[UInt8]> = []
     /// Changes for observers, collected only when the store has any.
