@@ -104,8 +104,7 @@ extension Transaction {
         decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
         annotation: (ServerFieldValues) throws -> [UInt8]
     ) throws -> ServerMergeResult {
-        let ref = try tableRef(named: table)
-        let t = ref.info
+        let t = try tableRef(named: table).info
         try encodeKey(key, t)
         let stored = try storedRow()
         guard stored != nil || newRows else { return .needsMerge }
