@@ -229,7 +229,10 @@ extension Transaction {
         let audit = try valBuf.withUnsafeBytes { v in
             try annotation(ServerFieldValues(decisions: decisions, record: old, values: v, ranges: ranges))
         }
-        try logEdit(kind, t, origin: .server, annotation: audit, old: stored) { (op) throws(StrataError) in
+        // The scan above found whether the row is pending: flags it has none, so a dirty field
+        // is what would make it so (`StoredRow.isPending`), and the fold need not scan again.
+        assert((try? stored.map { (row) throws(StrataError) in try row.isPending } ?? false) == hasPending, "the scan and StoredRow.isPending disagree")
+        try logEdit(kind, t, origin: .server, annotation: audit, old: stored, oldIsPending: hasPending) { (op) throws(StrataError) in
             var flags: RowFlags = []
             valBuf.withUnsafeBytes { v in
                 for d in decided {

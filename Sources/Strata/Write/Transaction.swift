@@ -360,7 +360,7 @@ public final class Transaction {
     /// Logs nothing when the operation would change nothing.
     func logEdit(
         _ kind: LogEntry.Kind, _ t: TableInfo, tableChanged: Bool = false, origin: LogEntry.Origin = .local,
-        annotation: [UInt8] = [], old: StoredRow?,
+        annotation: [UInt8] = [], old: StoredRow?, oldIsPending: Bool? = nil,
         _ rules: (inout ByteWriter) throws(StrataError) -> RowFlags
     ) throws(StrataError) {
         let lsn = nextLSN
@@ -396,7 +396,7 @@ public final class Transaction {
             // Debug builds (the test suite) hold the builder to the parser at every edit.
             assert((try? OperationHeader(op)) == header, "the builder's header differs from the record's")
             let writer = try self.writer
-            try databases.apply(operation: op, header: header, lsn: lsn, old: old, table: t, in: writer, scratch: &rowBuf, checkingUniqueness: !uniquenessDeferred)
+            try databases.apply(operation: op, header: header, lsn: lsn, old: old, oldIsPending: oldIsPending, table: t, in: writer, scratch: &rowBuf, checkingUniqueness: !uniquenessDeferred)
             try lmdb { () throws(LMDBError) in
                 var k = lsn.bigEndian
                 try withUnsafeBytes(of: &k) { (kb) throws(LMDBError) in try writer.put(kb, op, in: databases.log, flags: .append) }
