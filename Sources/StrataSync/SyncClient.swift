@@ -225,15 +225,16 @@ public final class SyncClient: Sendable {
                 continue
             }
             do {
-                var keyValues: [Value] = []
-                keyValues.reserveCapacity(schema.primaryKey.count)
-                for k in schema.primaryKey {
+                func keyValue(_ k: String) throws(StrataError) -> Value {
                     guard let v = row.fields[exactly: k], !v.isNull else {
                         throw StrataError(.missingField, "row \(index) of table '\(delta.table)' in the delta lacks its key field '\(k)'")
                     }
-                    keyValues.append(stored(v, k, schema))
+                    return stored(v, k, schema)
                 }
-                let key = RowKey(keyValues)
+                // A key of one field, the most common, makes its array in one allocation.
+                let key = schema.primaryKey.count == 1
+                    ? RowKey(try keyValue(schema.primaryKey[0]))
+                    : RowKey(try schema.primaryKey.map { (k) throws(StrataError) in try keyValue(k) })
                 guard seen.insert(key) else {
                     throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
                 }

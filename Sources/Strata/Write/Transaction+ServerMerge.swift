@@ -153,8 +153,11 @@ extension Transaction {
         // Which fields hold a value after the merge: a row that would leave a required field
         // null is left to the caller (it may take a default, or be refused with the row's
         // context). Only declared fields (ids below `definitions.count`) can be required.
-        valued.removeAll(keepingCapacity: true)
-        valued.append(contentsOf: repeatElement(false, count: t.definitions.count))
+        if valued.count == t.definitions.count {
+            for i in valued.indices { valued[i] = false }
+        } else {
+            valued = Array(repeating: false, count: t.definitions.count)
+        }
         // A new row comes into being, whatever its fields hold.
         var changed = isNewRow
         var r = stored?.entries ?? ByteReader(old)
