@@ -169,6 +169,28 @@ extension Dictionary where Key == String {
     }
 }
 
+extension Dictionary where Key == String, Value == Strata.Value {
+    /// The value under `name` compared by its UTF-8 bytes, for a row's fields: compiled here for
+    /// `[String: Value]`, so that another module's call does not run the generic form (which
+    /// looks up type metadata at run time).
+    ///
+    /// A dictionary of a few entries (a server row's fields) is searched by comparing bytes,
+    /// which costs less than hashing the name. It finds the same entry as the hash: an entry
+    /// under `name`'s bytes is the one entry `==` to `name` that the dictionary can hold.
+    package subscript(exactly name: String) -> Strata.Value? {
+        if count <= 8 {
+            var i = startIndex
+            while i != endIndex {
+                if self[i].key.sameBytes(name) { return self[i].value }
+                formIndex(after: &i)
+            }
+            return nil
+        }
+        guard let i = index(forKey: name), self[i].key.sameBytes(name) else { return nil }
+        return self[i].value
+    }
+}
+
 /// A few names (a table's key fields) that `contains` compares by their UTF-8 bytes.
 package struct ExactNames: Sendable {
     package let names: [String]

@@ -85,7 +85,17 @@ struct ByteReader {
         return buffer[offset]
     }
 
+    @inline(__always)
     mutating func varint() throws(StrataError) -> UInt64 {
+        // Most varints are one byte (field ids, lengths, small ints): read without the loop.
+        if offset < buffer.count, buffer[offset] < 0x80 {
+            defer { offset += 1 }
+            return UInt64(buffer[offset])
+        }
+        return try longVarint()
+    }
+
+    private mutating func longVarint() throws(StrataError) -> UInt64 {
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while true {

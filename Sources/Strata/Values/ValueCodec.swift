@@ -72,7 +72,10 @@ extension ByteReader {
         switch tag {
         case ValueTag.null, ValueTag.false, ValueTag.true: break
         case ValueTag.int: _ = try varint()
-        case ValueTag.double, ValueTag.timestamp: _ = try bytes(8)
+        case ValueTag.double, ValueTag.timestamp:
+            // As `bytes(8)` checks, without making the slice.
+            guard remaining >= 8 else { throw corrupt("length 8 past the end") }
+            offset += 8
         case ValueTag.string, ValueTag.bytes:
             let n = try varint()
             guard n <= UInt64(remaining) else { throw corrupt("length \(n) past the end") }
@@ -138,18 +141,34 @@ extension Value {
 public enum ValueCoding {
     /// Appends the canonical encoding of `value`.
     public static func append(_ value: Value, to bytes: inout [UInt8]) {
-        var w = ByteWriter(capacity: 0)
-        swap(&w.bytes, &bytes)
-        w.appendValue(value)
-        swap(&w.bytes, &bytes)
+        switch value {
+        // The values an audit record holds most, written straight into `bytes`, as
+        // `ByteWriter.appendValue` writes them: moving the array into a writer and back cost
+        // about 200 instructions a value, five or more values per merged server row.
+        case .null:
+            bytes.append(ValueTag.null)
+        case .string(var s):
+            bytes.append(ValueTag.string)
+            s.withUTF8 { utf8 in
+                appendVarint(UInt64(utf8.count), to: &bytes)
+                bytes.append(contentsOf: utf8)
+            }
+        default:
+            var w = ByteWriter(capacity: 0)
+            swap(&w.bytes, &bytes)
+            w.appendValue(value)
+            swap(&w.bytes, &bytes)
+        }
     }
 
-    /// Appends `value` as a LEB128 varint.
+    /// Appends `value` as a LEB128 varint (as `ByteWriter.appendVarint`).
     public static func appendVarint(_ value: UInt64, to bytes: inout [UInt8]) {
-        var w = ByteWriter(capacity: 0)
-        swap(&w.bytes, &bytes)
-        w.appendVarint(value)
-        swap(&w.bytes, &bytes)
+        var v = value
+        while v >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
+            v >>= 7
+        }
+        bytes.append(UInt8(v))
     }
 
     /// Reads one value at `offset` and moves `offset` past it.

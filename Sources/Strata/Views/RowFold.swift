@@ -24,6 +24,20 @@ enum RowFold {
         var x = try a.nextEntry()
         var y = try b.nextEntry()
         var lastID = -1
+        // Entries that lie next to each other in their source are copied in one append (most
+        // of a row's entries are the old row's, unchanged): `run` is the stretch of `source`
+        // (the operation's bytes, or the old row's) not yet copied into `out`.
+        let oldBytes = old?.bytes ?? UnsafeRawBufferPointer(start: nil, count: 0)
+        var source = op
+        var run = 0..<0
+        func take(_ entry: Range<Int>, of bytes: UnsafeRawBufferPointer) {
+            if bytes.baseAddress == source.baseAddress && run.upperBound == entry.lowerBound {
+                run = run.lowerBound..<entry.upperBound
+                return
+            }
+            if !run.isEmpty { out.append(UnsafeRawBufferPointer(rebasing: source[run])) }
+            (source, run) = (bytes, entry)
+        }
         // Merge the two id-ordered entry lists; the operation's entry wins on equal ids.
         while x != nil || y != nil {
             if let e = x, y == nil || e.id <= y!.id {
@@ -33,16 +47,17 @@ enum RowFold {
                 // A clean null entry removes the field (a conflict entry stays: it marks the field).
                 let isNull = !e.isDirty && !e.isConflict && op[e.current.lowerBound] == ValueTag.null
                 if !isNull {
-                    out.append(UnsafeRawBufferPointer(rebasing: op[e.whole]))
+                    take(e.whole, of: op)
                     if e.isDirty { dirty += 1 }
                 }
                 x = try a.nextEntry()
             } else if let f = y {
-                out.append(old![f.whole])
+                take(f.whole, of: oldBytes)
                 if f.isDirty { dirty += 1 }
                 y = try b.nextEntry()
             }
         }
+        if !run.isEmpty { out.append(UnsafeRawBufferPointer(rebasing: source[run])) }
         let flags = header.flagsAfter
         return dirty > 0 || !flags.intersection([.inserted, .deleted, .conflicted]).isEmpty
     }

@@ -64,14 +64,15 @@ struct StoreDatabases: Sendable {
     /// Folds one operation into `rows`, `pending`, `gone` and the table's indexes.
     ///
     /// `old` is the row's current state (or `nil`); it is read completely before the first write,
-    /// since a write may invalidate memory lent by LMDB. `scratch` is a reusable buffer.
+    /// since a write may invalidate memory lent by LMDB. `oldIsPending` is whether `old` is
+    /// pending (``StoredRow/isPending``), when the caller knows it. `scratch` is a reusable buffer.
     ///
     /// - Complexity: O(log n) per database touched, plus the size of the row.
     func apply(
-        operation op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64, old: StoredRow?,
+        operation op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64, old: StoredRow?, oldIsPending: Bool? = nil,
         table: TableInfo, in txn: ViewWriter, scratch: inout ByteWriter, checkingUniqueness: Bool = true
     ) throws(StrataError) {
-        let wasPending = try old?.isPending ?? false
+        let wasPending = if let oldIsPending { oldIsPending } else { try old?.isPending ?? false }
         let step = try FoldStep.fold(old: old, wasPending: wasPending, op: op, header: header, lsn: lsn, into: &scratch)
         let target = UnsafeRawBufferPointer(rebasing: op[header.target])
         // Before any row is written: a unique index, or an entry over LMDB's key limit, may still

@@ -104,7 +104,7 @@ extension Transaction {
         decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
         annotation: (ServerFieldValues) throws -> [UInt8]
     ) throws -> ServerMergeResult {
-        let t = try self.table(named: table)
+        let t = try tableRef(named: table).info
         try encodeKey(key, t)
         let stored = try storedRow()
         guard stored != nil || newRows else { return .needsMerge }
@@ -153,8 +153,11 @@ extension Transaction {
         // Which fields hold a value after the merge: a row that would leave a required field
         // null is left to the caller (it may take a default, or be refused with the row's
         // context). Only declared fields (ids below `definitions.count`) can be required.
-        valued.removeAll(keepingCapacity: true)
-        valued.append(contentsOf: repeatElement(false, count: t.definitions.count))
+        if valued.count == t.definitions.count {
+            for i in valued.indices { valued[i] = false }
+        } else {
+            valued = Array(repeating: false, count: t.definitions.count)
+        }
         // A new row comes into being, whatever its fields hold.
         var changed = isNewRow
         var r = stored?.entries ?? ByteReader(old)
@@ -208,17 +211,31 @@ extension Transaction {
             guard let def, !def.isNullable, !t.isKeyField(fid), !t.dropped.contains(fid) else { continue }
             if !valued[fid] { return .needsMerge }
         }
-        var decisions: [ServerFieldDecision] = []
-        var ranges: [(base: Range<Int>?, local: Range<Int>?, server: Range<Int>)] = []
+        // Into the transaction's buffers, kept from row to row: two arrays fewer to allocate per
+        // row. The result lends them to the caller; a caller that kept one past the next merge
+        // would only make the next row copy it.
+        var decisions = serverDecisions
+        var ranges = serverRanges
+        serverDecisions = []
+        serverRanges = []
+        decisions.removeAll(keepingCapacity: true)
+        ranges.removeAll(keepingCapacity: true)
         for d in decided where d.tag != 0 {
             decisions.append(ServerFieldDecision(field: t.fieldNames[d.id], action: d.action, tag: d.tag))
             ranges.append((d.base, d.local, d.new))
+        }
+        defer {
+            serverDecisions = decisions
+            serverRanges = ranges
         }
         guard changed else { return .merged(decisions, logged: false) }
         let audit = try valBuf.withUnsafeBytes { v in
             try annotation(ServerFieldValues(decisions: decisions, record: old, values: v, ranges: ranges))
         }
-        try logEdit(kind, t, origin: .server, annotation: audit, old: stored) { (op) throws(StrataError) in
+        // The scan above found whether the row is pending: flags it has none, so a dirty field
+        // is what would make it so (`StoredRow.isPending`), and the fold need not scan again.
+        assert((try? stored.map { (row) throws(StrataError) in try row.isPending } ?? false) == hasPending, "the scan and StoredRow.isPending disagree")
+        try logEdit(kind, t, origin: .server, annotation: audit, old: stored, oldIsPending: hasPending) { (op) throws(StrataError) in
             var flags: RowFlags = []
             valBuf.withUnsafeBytes { v in
                 for d in decided {
