@@ -19,7 +19,8 @@ struct SplitMix64: RandomNumberGenerator {
 
 /// The corruption campaign: damaged copies of a fixture store (bit flips, random bytes over
 /// pages, zeroed pages, truncation, appended garbage, a swapped lock file), each run through
-/// `check`, `info`, `log`, `show`, `verify` and `salvage` in child processes.
+/// every CLI command that opens a store, in child processes, and through the library's
+/// open-and-read path with each check at open.
 ///
 /// Every outcome is tallied; a crash in Strata's own code (a trap, or a fault whose innermost
 /// frame outside libc is not liblmdb) fails the test with the seed and the trial to replay it:
@@ -91,6 +92,13 @@ struct SplitMix64: RandomNumberGenerator {
         let otherLock = root + "/other"
         try Self.makeFixture(fixture)
         try Self.makeFixture(otherLock)
+        // What `merge` and `import` read besides the damaged store: a delta and a briefcase.
+        try WireFormat.encode(ServerDelta(anchor: "a2", tables: [
+            TableDelta("tasks", upserts: (395...410).map { ServerRow(["id": .int(Int64($0)), "title": .string("server again \($0)")]) },
+                       deletes: [.init(.int(7))]),
+        ])).write(to: URL(fileURLWithPath: root + "/delta.json"))
+        let exported = try runProcess(try strataExecutable(), ["export", fixture, root + "/fixture.briefcase", "--table", "tasks"], killAfter: 60)
+        #expect(exported.status == 0, "exporting the fixture's briefcase: \(exported.err)")
 
         let tally = Locked(Tally())
         let indices = only.map { [$0] } ?? Array(0..<trials)
@@ -156,6 +164,11 @@ struct SplitMix64: RandomNumberGenerator {
         for sample in t.unattributedSamples { print("  memcpy fault, caller unknown: \(sample)") }
         #expect(t.strataCrashes.isEmpty, "\(t.strataCrashes.count) crashes in Strata's own code (seed \(seed)):\n\(t.strataCrashes.prefix(20).joined(separator: "\n"))")
         #expect(t.trials == indices.count)
+        // Every command runs the full page check before LMDB reads the file: none may die of a
+        // signal, inside liblmdb or not, and none may hang.
+        #expect(t.lmdbCrashes == 0, "\(t.lmdbCrashes) CLI runs died inside liblmdb (seed \(seed)):\n\(t.lmdbCrashSamples.joined(separator: "\n"))")
+        #expect(t.unattributed == 0, "\(t.unattributed) CLI runs died in memcpy (seed \(seed)):\n\(t.unattributedSamples.prefix(5).joined(separator: "\n"))")
+        #expect(t.hung == 0, "\(t.hung) CLI runs were killed after the time limit (seed \(seed)):\n\(t.hungSamples.joined(separator: "\n"))")
         // The full check leaves LMDB nothing to die on.
         #expect(t.crashLoops == 0, "\(t.crashLoops) crash loops: an open after a death died again (seed \(seed))")
         #expect(t.libraryDeaths["full", default: 0] == 0, "the library opened with the full check died \(t.libraryDeaths["full", default: 0]) times (seed \(seed)):\n\(t.libraryDeathSamples.joined(separator: "\n"))")
@@ -190,8 +203,7 @@ struct SplitMix64: RandomNumberGenerator {
     static func run(trial: Int, seed: UInt64, fixture: String, otherLock: String, root: String, keep: Bool = false) throws -> Tally {
         var rng = SplitMix64(seed: seed ^ (UInt64(trial) &* 0x9E37_79B9_7F4A_7C15))
         let dir = root + "/trial-\(trial)"
-        let salvaged = dir + "-salvaged"
-        defer { if !keep { for p in [dir, salvaged] { try? FileManager.default.removeItem(atPath: p) } } }
+        defer { if !keep { try? FileManager.default.removeItem(atPath: dir) } }
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         for name in ["data.mdb", "lock.mdb"] {
             try FileManager.default.copyItem(atPath: fixture + "/" + name, toPath: dir + "/" + name)
@@ -199,9 +211,37 @@ struct SplitMix64: RandomNumberGenerator {
         let mutation = Mutation.allCases.randomElement(using: &rng)!
         let what = try damage(dir, mutation, otherLock: otherLock, using: &rng)
         var tally = Tally()
-        let commands: [[String]] = [
-            ["check", dir], ["info", dir], ["log", dir], ["show", dir, "tasks"], ["verify", dir], ["salvage", dir, salvaged, "--json"],
+        // Every command that opens a store. Those that only read run on the damaged copy itself;
+        // those that write (or make a store or file of their own) each get a fresh copy of the
+        // damaged one, so that what one writes is never what the next one reads.
+        let readers: [[String]] = [
+            ["check", dir], ["info", dir], ["log", dir], ["show", dir, "tasks"], ["history", dir, "tasks", "5"],
+            ["pending", dir, "--held-back"], ["conflicts", dir], ["verify", dir],
         ]
+        let writers: [[String]] = [
+            ["salvage", "{}", "{}-salvaged", "--json"], ["export", "{}", "{}.briefcase"], ["copy", "{}", "{}-copy"],
+            ["copy", "{}", "{}-copy", "--compact"], ["replay", "{}", "{}-replay"], ["compact", "{}"],
+            ["compact", "{}", "--keep-operations", "0", "--reclaim"], ["rebuild", "{}"], ["resolve", "{}", "tasks", "301", "--server"],
+            ["merge", "{}", root + "/delta.json"], ["import", "{}", root + "/fixture.briefcase"],
+            // No server listens on port 9: the sync gets as far as opening the store and pulling.
+            ["sync", "{}", "--server", "http://127.0.0.1:9", "--token", "t", "--timeout", "2"],
+        ]
+        var commands = readers
+        for (i, arguments) in writers.enumerated() {
+            let copy = dir + "-w\(i)"
+            try? FileManager.default.removeItem(atPath: copy)
+            try FileManager.default.copyItem(atPath: dir, toPath: copy)
+            commands.append(arguments.map { $0.replacingOccurrences(of: "{}", with: copy) })
+        }
+        defer {
+            if !keep {
+                let parent = URL(fileURLWithPath: dir).deletingLastPathComponent().path
+                let name = URL(fileURLWithPath: dir).lastPathComponent
+                for entry in (try? FileManager.default.contentsOfDirectory(atPath: parent)) ?? [] where entry.hasPrefix(name + "-w") {
+                    try? FileManager.default.removeItem(atPath: parent + "/" + entry)
+                }
+            }
+        }
         for arguments in commands {
             tally.runs += 1
             var r = try runChild(arguments, backtrace: false)
@@ -212,7 +252,8 @@ struct SplitMix64: RandomNumberGenerator {
             }
             if r.signal != nil {
                 // Again with Swift's backtracer, to see whose code crashed (slow, so only now).
-                if arguments[0] == "salvage" { try? FileManager.default.removeItem(atPath: salvaged) }
+                // What the first run made (a salvaged store, a copy, a briefcase) would change the second.
+                if ["salvage", "export", "copy", "replay"].contains(arguments[0]) { try? FileManager.default.removeItem(atPath: arguments[2]) }
                 let again = try runChild(arguments, backtrace: true)
                 if again.signal != nil { r = again }
             }
