@@ -86,6 +86,12 @@ enum BatchRecord {
         return out
     }
 
+    /// A key as its value count and its values (`RecordReader.key()` reads it).
+    static func append(_ key: RowKey, to out: inout [UInt8]) {
+        ValueCoding.appendVarint(UInt64(key.values.count), to: &out)
+        for v in key.values { ValueCoding.append(v, to: &out) }
+    }
+
     private static func append(_ batch: Batch, to out: inout [UInt8]) {
         ValueCoding.append(.string(batch.id), to: &out)
         ValueCoding.append(.string(batch.clientID), to: &out)
@@ -96,8 +102,7 @@ enum BatchRecord {
 
     private static func append(_ c: RowChange, to out: inout [UInt8]) {
         ValueCoding.append(.string(c.table), to: &out)
-        ValueCoding.appendVarint(UInt64(c.key.values.count), to: &out)
-        for v in c.key.values { ValueCoding.append(v, to: &out) }
+        append(c.key, to: &out)
         out.append(kindCode(c.kind))
         // Sorted, so that one batch is always the same bytes.
         for fields in [c.values, c.originals] {
@@ -128,7 +133,7 @@ enum BatchRecord {
     }
 
     static func decodeAny(_ bytes: [UInt8], property: String) throws(StrataError) -> Stored {
-        var r = Reader(bytes: bytes, property: property)
+        var r = RecordReader(bytes: bytes, property: property, subject: "the in-flight batch")
         guard let first = bytes.first else { throw r.damaged("is empty") }
         if first == UInt8(ascii: "{") {
             do {
@@ -164,75 +169,7 @@ enum BatchRecord {
         return stored
     }
 
-    /// Reads a record front to back; every error names the property and the byte.
-    private struct Reader {
-        let bytes: [UInt8]
-        let property: String
-        var at = 0
-
-        func damaged(_ what: String) -> StrataError {
-            StrataError(.corruptRecord, "the store is damaged: the in-flight batch (property \(property)) \(what)")
-        }
-
-        mutating func value() throws(StrataError) -> Value {
-            do { return try ValueCoding.readValue(bytes, at: &at) } catch { throw damaged("is cut short or garbled at byte \(at): \(error.message)") }
-        }
-
-        mutating func varint() throws(StrataError) -> UInt64 {
-            do { return try ValueCoding.readVarint(bytes, at: &at) } catch { throw damaged("is cut short or garbled at byte \(at): \(error.message)") }
-        }
-
-        mutating func byte(_ what: String) throws(StrataError) -> UInt8 {
-            guard at < bytes.count else { throw damaged("is cut short before its \(what), at byte \(at)") }
-            at += 1
-            return bytes[at - 1]
-        }
-
-        mutating func string() throws(StrataError) -> String {
-            guard case .string(let s) = try value() else { throw damaged("holds a non-string where a name belongs, before byte \(at)") }
-            return s
-        }
-
-        mutating func count() throws(StrataError) -> Int {
-            let n = try varint()
-            // Every entry takes at least one byte: a larger count is damage, not a reason to allocate.
-            guard n <= UInt64(bytes.count - at) else { throw damaged("has a count of \(n) at byte \(at) with only \(bytes.count - at) bytes left") }
-            return Int(n)
-        }
-
-        mutating func batch() throws(StrataError) -> Batch {
-            let id = try string()
-            let clientID = try string()
-            let number = try varint()
-            return Batch(id: id, clientID: clientID, number: number, changes: try changes())
-        }
-
-        mutating func changes() throws(StrataError) -> [RowChange] {
-            let n = try count()
-            var changes: [RowChange] = []
-            changes.reserveCapacity(n)
-            for _ in 0..<n { changes.append(try change()) }
-            return changes
-        }
-
-        mutating func change() throws(StrataError) -> RowChange {
-            let table = try string()
-            var key: [Value] = []
-            for _ in 0..<(try count()) { key.append(try value()) }
-            guard at < bytes.count, let kind = BatchRecord.kind(bytes[at]) else { throw damaged("has no valid change kind at byte \(at)") }
-            at += 1
-            var maps: [[String: Value]] = [[:], [:]]
-            for m in 0..<2 {
-                for _ in 0..<(try count()) {
-                    let name = try string()
-                    maps[m][name] = try value()
-                }
-            }
-            return RowChange(table: table, key: RowKey(key), kind: kind, values: maps[0], originals: maps[1])
-        }
-    }
-
-    private static func kindCode(_ kind: RowChange.Kind) -> UInt8 {
+    static func kindCode(_ kind: RowChange.Kind) -> UInt8 {
         switch kind {
         case .insert: 0
         case .update: 1
@@ -240,12 +177,93 @@ enum BatchRecord {
         }
     }
 
-    fileprivate static func kind(_ code: UInt8) -> RowChange.Kind? {
+    static func kind(_ code: UInt8) -> RowChange.Kind? {
         switch code {
         case 0: .insert
         case 1: .update
         case 2: .delete
         default: nil
         }
+    }
+}
+
+/// Reads a record of the sync client's state (``BatchRecord``, ``SetAsideRecord``) front to
+/// back; every error names the property and the byte.
+struct RecordReader {
+    let bytes: [UInt8]
+    let property: String
+    /// What the record holds, as the errors name it ("the in-flight batch").
+    let subject: String
+    var at = 0
+
+    func damaged(_ what: String) -> StrataError {
+        StrataError(.corruptRecord, "the store is damaged: \(subject) (property \(property)) \(what)")
+    }
+
+    mutating func value() throws(StrataError) -> Value {
+        do { return try ValueCoding.readValue(bytes, at: &at) } catch { throw damaged("is cut short or garbled at byte \(at): \(error.message)") }
+    }
+
+    mutating func varint() throws(StrataError) -> UInt64 {
+        do { return try ValueCoding.readVarint(bytes, at: &at) } catch { throw damaged("is cut short or garbled at byte \(at): \(error.message)") }
+    }
+
+    mutating func byte(_ what: String) throws(StrataError) -> UInt8 {
+        guard at < bytes.count else { throw damaged("is cut short before its \(what), at byte \(at)") }
+        at += 1
+        return bytes[at - 1]
+    }
+
+    mutating func string() throws(StrataError) -> String {
+        guard case .string(let s) = try value() else { throw damaged("holds a non-string where a string belongs, before byte \(at)") }
+        return s
+    }
+
+    mutating func count() throws(StrataError) -> Int {
+        let n = try varint()
+        // Every entry takes at least one byte: a larger count is damage, not a reason to allocate.
+        guard n <= UInt64(bytes.count - at) else { throw damaged("has a count of \(n) at byte \(at) with only \(bytes.count - at) bytes left") }
+        return Int(n)
+    }
+
+    mutating func batch() throws(StrataError) -> Batch {
+        let id = try string()
+        let clientID = try string()
+        let number = try varint()
+        return Batch(id: id, clientID: clientID, number: number, changes: try changes())
+    }
+
+    mutating func changes() throws(StrataError) -> [RowChange] {
+        let n = try count()
+        var changes: [RowChange] = []
+        changes.reserveCapacity(n)
+        for _ in 0..<n { changes.append(try change()) }
+        return changes
+    }
+
+    mutating func key() throws(StrataError) -> RowKey {
+        var key: [Value] = []
+        for _ in 0..<(try count()) { key.append(try value()) }
+        return RowKey(key)
+    }
+
+    mutating func kind() throws(StrataError) -> RowChange.Kind {
+        guard at < bytes.count, let kind = BatchRecord.kind(bytes[at]) else { throw damaged("has no valid change kind at byte \(at)") }
+        at += 1
+        return kind
+    }
+
+    mutating func change() throws(StrataError) -> RowChange {
+        let table = try string()
+        let key = try key()
+        let kind = try kind()
+        var maps: [[String: Value]] = [[:], [:]]
+        for m in 0..<2 {
+            for _ in 0..<(try count()) {
+                let name = try string()
+                maps[m][name] = try value()
+            }
+        }
+        return RowChange(table: table, key: key, kind: kind, values: maps[0], originals: maps[1])
     }
 }
