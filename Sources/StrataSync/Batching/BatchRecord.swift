@@ -86,7 +86,7 @@ enum BatchRecord {
         return out
     }
 
-    /// A key as its value count and its values (`RecordReader.key()` reads it).
+    /// A key as its value count and its values (`Reader.key()` reads it).
     static func append(_ key: RowKey, to out: inout [UInt8]) {
         ValueCoding.appendVarint(UInt64(key.values.count), to: &out)
         for v in key.values { ValueCoding.append(v, to: &out) }
@@ -133,7 +133,7 @@ enum BatchRecord {
     }
 
     static func decodeAny(_ bytes: [UInt8], property: String) throws(StrataError) -> Stored {
-        var r = RecordReader(bytes: bytes, property: property, subject: "the in-flight batch")
+        var r = Reader(bytes: bytes, property: property, subject: "the in-flight batch")
         guard let first = bytes.first else { throw r.damaged("is empty") }
         if first == UInt8(ascii: "{") {
             do {
@@ -169,6 +169,87 @@ enum BatchRecord {
         return stored
     }
 
+    /// Reads a record front to back (this one, and ``SetAsideRecord``'s); every error names the
+    /// property and the byte.
+    struct Reader {
+        let bytes: [UInt8]
+        let property: String
+        /// What the record holds, as its errors name it ("the in-flight batch").
+        let subject: String
+        var at = 0
+
+        func damaged(_ what: String) -> StrataError {
+            StrataError(.corruptRecord, "the store is damaged: \(subject) (property \(property)) \(what)")
+        }
+
+        mutating func value() throws(StrataError) -> Value {
+            do { return try ValueCoding.readValue(bytes, at: &at) } catch { throw damaged("is cut short or garbled at byte \(at): \(error.message)") }
+        }
+
+        mutating func varint() throws(StrataError) -> UInt64 {
+            do { return try ValueCoding.readVarint(bytes, at: &at) } catch { throw damaged("is cut short or garbled at byte \(at): \(error.message)") }
+        }
+
+        mutating func byte(_ what: String) throws(StrataError) -> UInt8 {
+            guard at < bytes.count else { throw damaged("is cut short before its \(what), at byte \(at)") }
+            at += 1
+            return bytes[at - 1]
+        }
+
+        mutating func string() throws(StrataError) -> String {
+            guard case .string(let s) = try value() else { throw damaged("holds a non-string where a string belongs, before byte \(at)") }
+            return s
+        }
+
+        mutating func count() throws(StrataError) -> Int {
+            let n = try varint()
+            // Every entry takes at least one byte: a larger count is damage, not a reason to allocate.
+            guard n <= UInt64(bytes.count - at) else { throw damaged("has a count of \(n) at byte \(at) with only \(bytes.count - at) bytes left") }
+            return Int(n)
+        }
+
+        mutating func batch() throws(StrataError) -> Batch {
+            let id = try string()
+            let clientID = try string()
+            let number = try varint()
+            return Batch(id: id, clientID: clientID, number: number, changes: try changes())
+        }
+
+        mutating func changes() throws(StrataError) -> [RowChange] {
+            let n = try count()
+            var changes: [RowChange] = []
+            changes.reserveCapacity(n)
+            for _ in 0..<n { changes.append(try change()) }
+            return changes
+        }
+
+        mutating func key() throws(StrataError) -> RowKey {
+            var key: [Value] = []
+            for _ in 0..<(try count()) { key.append(try value()) }
+            return RowKey(key)
+        }
+
+        mutating func kind() throws(StrataError) -> RowChange.Kind {
+            guard at < bytes.count, let kind = BatchRecord.kind(bytes[at]) else { throw damaged("has no valid change kind at byte \(at)") }
+            at += 1
+            return kind
+        }
+
+        mutating func change() throws(StrataError) -> RowChange {
+            let table = try string()
+            let key = try key()
+            let kind = try kind()
+            var maps: [[String: Value]] = [[:], [:]]
+            for m in 0..<2 {
+                for _ in 0..<(try count()) {
+                    let name = try string()
+                    maps[m][name] = try value()
+                }
+            }
+            return RowChange(table: table, key: key, kind: kind, values: maps[0], originals: maps[1])
+        }
+    }
+
     static func kindCode(_ kind: RowChange.Kind) -> UInt8 {
         switch kind {
         case .insert: 0
@@ -184,86 +265,5 @@ enum BatchRecord {
         case 2: .delete
         default: nil
         }
-    }
-}
-
-/// Reads a record of the sync client's state (``BatchRecord``, ``SetAsideRecord``) front to
-/// back; every error names the property and the byte.
-struct RecordReader {
-    let bytes: [UInt8]
-    let property: String
-    /// What the record holds, as the errors name it ("the in-flight batch").
-    let subject: String
-    var at = 0
-
-    func damaged(_ what: String) -> StrataError {
-        StrataError(.corruptRecord, "the store is damaged: \(subject) (property \(property)) \(what)")
-    }
-
-    mutating func value() throws(StrataError) -> Value {
-        do { return try ValueCoding.readValue(bytes, at: &at) } catch { throw damaged("is cut short or garbled at byte \(at): \(error.message)") }
-    }
-
-    mutating func varint() throws(StrataError) -> UInt64 {
-        do { return try ValueCoding.readVarint(bytes, at: &at) } catch { throw damaged("is cut short or garbled at byte \(at): \(error.message)") }
-    }
-
-    mutating func byte(_ what: String) throws(StrataError) -> UInt8 {
-        guard at < bytes.count else { throw damaged("is cut short before its \(what), at byte \(at)") }
-        at += 1
-        return bytes[at - 1]
-    }
-
-    mutating func string() throws(StrataError) -> String {
-        guard case .string(let s) = try value() else { throw damaged("holds a non-string where a string belongs, before byte \(at)") }
-        return s
-    }
-
-    mutating func count() throws(StrataError) -> Int {
-        let n = try varint()
-        // Every entry takes at least one byte: a larger count is damage, not a reason to allocate.
-        guard n <= UInt64(bytes.count - at) else { throw damaged("has a count of \(n) at byte \(at) with only \(bytes.count - at) bytes left") }
-        return Int(n)
-    }
-
-    mutating func batch() throws(StrataError) -> Batch {
-        let id = try string()
-        let clientID = try string()
-        let number = try varint()
-        return Batch(id: id, clientID: clientID, number: number, changes: try changes())
-    }
-
-    mutating func changes() throws(StrataError) -> [RowChange] {
-        let n = try count()
-        var changes: [RowChange] = []
-        changes.reserveCapacity(n)
-        for _ in 0..<n { changes.append(try change()) }
-        return changes
-    }
-
-    mutating func key() throws(StrataError) -> RowKey {
-        var key: [Value] = []
-        for _ in 0..<(try count()) { key.append(try value()) }
-        return RowKey(key)
-    }
-
-    mutating func kind() throws(StrataError) -> RowChange.Kind {
-        guard at < bytes.count, let kind = BatchRecord.kind(bytes[at]) else { throw damaged("has no valid change kind at byte \(at)") }
-        at += 1
-        return kind
-    }
-
-    mutating func change() throws(StrataError) -> RowChange {
-        let table = try string()
-        let key = try key()
-        let kind = try kind()
-        var maps: [[String: Value]] = [[:], [:]]
-        for m in 0..<2 {
-            for _ in 0..<(try count()) {
-                let name = try string()
-                maps[m][name] = try value()
-            }
-        }
-        return RowChange(table: table, key: key, kind: kind, values: maps[0], originals: maps[1])
     }
 }

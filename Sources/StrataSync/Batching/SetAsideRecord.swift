@@ -4,7 +4,7 @@ import Foundation
 /// The sync client's two lists of rows set aside, as binary records: the rows the server
 /// rejected (`SyncClient.rejectedProperty`, read on every batch and acknowledgement) and the
 /// server rows this store refused (`SyncClient.refusedServerRowsProperty`, read on every merge).
-/// They use ``BatchRecord``'s value encoding and its ``RecordReader``.
+/// They use ``BatchRecord``'s value encoding and its reader.
 ///
 /// Layouts, strings and key values as encoded values, counts as varints, kinds as in
 /// ``BatchRecord``:
@@ -45,7 +45,7 @@ enum SetAsideRecord {
     ///
     /// - Throws: `StrataError` `corruptRecord`, naming `property`, for bytes that are neither.
     static func rejectedRows(_ bytes: [UInt8], property: String) throws(StrataError) -> [RejectedRow] {
-        try decode(bytes, property: property, subject: "the list of rejected rows") { (r: inout RecordReader) throws(StrataError) in
+        try decode(bytes, property: property, subject: "the list of rejected rows") { (r: inout BatchRecord.Reader) throws(StrataError) in
             RejectedRow(table: try r.string(), key: try r.key(), kind: try r.kind(), reason: try r.string(), batchID: try r.string())
         }
     }
@@ -54,7 +54,7 @@ enum SetAsideRecord {
     ///
     /// - Throws: `StrataError` `corruptRecord`, naming `property`, for bytes that are neither.
     static func refusedServerRows(_ bytes: [UInt8], property: String) throws(StrataError) -> [RefusedServerRow] {
-        try decode(bytes, property: property, subject: "the list of refused server rows") { (r: inout RecordReader) throws(StrataError) in
+        try decode(bytes, property: property, subject: "the list of refused server rows") { (r: inout BatchRecord.Reader) throws(StrataError) in
             RefusedServerRow(table: try r.string(), key: try r.key(), reason: try r.string(), anchor: try r.string())
         }
     }
@@ -68,9 +68,9 @@ enum SetAsideRecord {
     }
 
     private static func decode<Row: Decodable>(
-        _ bytes: [UInt8], property: String, subject: String, _ readRow: (inout RecordReader) throws(StrataError) -> Row
+        _ bytes: [UInt8], property: String, subject: String, _ readRow: (inout BatchRecord.Reader) throws(StrataError) -> Row
     ) throws(StrataError) -> [Row] {
-        var r = RecordReader(bytes: bytes, property: property, subject: subject)
+        var r = BatchRecord.Reader(bytes: bytes, property: property, subject: subject)
         guard let first = bytes.first else { throw r.damaged("is empty") }
         if first == UInt8(ascii: "[") {
             do {
