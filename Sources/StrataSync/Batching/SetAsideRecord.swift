@@ -2,8 +2,9 @@ import Foundation
 @_spi(ValueCoding) import Strata
 
 /// The sync client's two lists of rows set aside, as binary records: the rows the server
-/// rejected (`SyncClient.rejectedProperty`, read on every batch and acknowledgement) and the
-/// server rows this store refused (`SyncClient.refusedServerRowsProperty`, read on every merge).
+/// rejected (`SyncClient.rejectedProperty`, read by every batch, acknowledgement and merge) and
+/// the server rows this store refused (`SyncClient.refusedServerRowsProperty`, read by every
+/// merge).
 /// They use ``BatchRecord``'s value encoding and its reader.
 ///
 /// Layouts, strings and key values as encoded values, counts as varints, kinds as in
