@@ -86,6 +86,12 @@ enum BatchRecord {
         return out
     }
 
+    /// A key as its value count and its values (`Reader.key()` reads it).
+    static func append(_ key: RowKey, to out: inout [UInt8]) {
+        ValueCoding.appendVarint(UInt64(key.values.count), to: &out)
+        for v in key.values { ValueCoding.append(v, to: &out) }
+    }
+
     private static func append(_ batch: Batch, to out: inout [UInt8]) {
         ValueCoding.append(.string(batch.id), to: &out)
         ValueCoding.append(.string(batch.clientID), to: &out)
@@ -96,8 +102,7 @@ enum BatchRecord {
 
     private static func append(_ c: RowChange, to out: inout [UInt8]) {
         ValueCoding.append(.string(c.table), to: &out)
-        ValueCoding.appendVarint(UInt64(c.key.values.count), to: &out)
-        for v in c.key.values { ValueCoding.append(v, to: &out) }
+        append(c.key, to: &out)
         out.append(kindCode(c.kind))
         // Sorted, so that one batch is always the same bytes.
         for fields in [c.values, c.originals] {
@@ -128,7 +133,7 @@ enum BatchRecord {
     }
 
     static func decodeAny(_ bytes: [UInt8], property: String) throws(StrataError) -> Stored {
-        var r = Reader(bytes: bytes, property: property)
+        var r = Reader(bytes: bytes, property: property, subject: "the in-flight batch")
         guard let first = bytes.first else { throw r.damaged("is empty") }
         if first == UInt8(ascii: "{") {
             do {
@@ -164,14 +169,17 @@ enum BatchRecord {
         return stored
     }
 
-    /// Reads a record front to back; every error names the property and the byte.
-    private struct Reader {
+    /// Reads a record front to back (this one, and ``SetAsideRecord``'s); every error names the
+    /// property and the byte.
+    struct Reader {
         let bytes: [UInt8]
         let property: String
+        /// What the record holds, as its errors name it ("the in-flight batch").
+        let subject: String
         var at = 0
 
         func damaged(_ what: String) -> StrataError {
-            StrataError(.corruptRecord, "the store is damaged: the in-flight batch (property \(property)) \(what)")
+            StrataError(.corruptRecord, "the store is damaged: \(subject) (property \(property)) \(what)")
         }
 
         mutating func value() throws(StrataError) -> Value {
@@ -189,7 +197,7 @@ enum BatchRecord {
         }
 
         mutating func string() throws(StrataError) -> String {
-            guard case .string(let s) = try value() else { throw damaged("holds a non-string where a name belongs, before byte \(at)") }
+            guard case .string(let s) = try value() else { throw damaged("holds a non-string where a string belongs, before byte \(at)") }
             return s
         }
 
@@ -215,12 +223,22 @@ enum BatchRecord {
             return changes
         }
 
-        mutating func change() throws(StrataError) -> RowChange {
-            let table = try string()
+        mutating func key() throws(StrataError) -> RowKey {
             var key: [Value] = []
             for _ in 0..<(try count()) { key.append(try value()) }
+            return RowKey(key)
+        }
+
+        mutating func kind() throws(StrataError) -> RowChange.Kind {
             guard at < bytes.count, let kind = BatchRecord.kind(bytes[at]) else { throw damaged("has no valid change kind at byte \(at)") }
             at += 1
+            return kind
+        }
+
+        mutating func change() throws(StrataError) -> RowChange {
+            let table = try string()
+            let key = try key()
+            let kind = try kind()
             var maps: [[String: Value]] = [[:], [:]]
             for m in 0..<2 {
                 for _ in 0..<(try count()) {
@@ -228,11 +246,11 @@ enum BatchRecord {
                     maps[m][name] = try value()
                 }
             }
-            return RowChange(table: table, key: RowKey(key), kind: kind, values: maps[0], originals: maps[1])
+            return RowChange(table: table, key: key, kind: kind, values: maps[0], originals: maps[1])
         }
     }
 
-    private static func kindCode(_ kind: RowChange.Kind) -> UInt8 {
+    static func kindCode(_ kind: RowChange.Kind) -> UInt8 {
         switch kind {
         case .insert: 0
         case .update: 1
@@ -240,7 +258,7 @@ enum BatchRecord {
         }
     }
 
-    fileprivate static func kind(_ code: UInt8) -> RowChange.Kind? {
+    static func kind(_ code: UInt8) -> RowChange.Kind? {
         switch code {
         case 0: .insert
         case 1: .update

@@ -715,7 +715,7 @@ extension SyncClient {
 
     static func rejected(_ snap: Snapshot) throws -> [RejectedRow] {
         guard let b = try snap.property(rejectedProperty)?.bytesValue else { return [] }
-        return try WireFormat.decode([RejectedRow].self, from: Data(b))
+        return try SetAsideRecord.rejectedRows(b, property: rejectedProperty)
     }
 
     /// Takes off the rejected list the rows of `tables` that `MergeRules.staysSetAside` no longer
@@ -730,6 +730,6 @@ extension SyncClient {
     }
 
     static func saveRejected(_ list: [RejectedRow], _ tx: Transaction) throws {
-        try tx.setStrataProperty(rejectedProperty, list.isEmpty ? nil : .bytes(Array(try WireFormat.encoder.encode(list))))
+        try tx.setStrataProperty(rejectedProperty, list.isEmpty ? nil : .bytes(SetAsideRecord.encode(list)))
     }
 }

@@ -68,7 +68,12 @@ extension SyncClient {
 
     static func refusedServerRows(_ snap: Snapshot) throws -> [RefusedServerRow] {
         guard let b = try snap.property(refusedServerRowsProperty)?.bytesValue else { return [] }
-        return try WireFormat.decode([RefusedServerRow].self, from: Data(b))
+        return try SetAsideRecord.refusedServerRows(b, property: refusedServerRowsProperty)
+    }
+
+    /// Stores the list as a record (``SetAsideRecord``); an empty list removes the property.
+    static func saveRefusedServerRows(_ list: [RefusedServerRow], _ tx: Transaction) throws {
+        try tx.setStrataProperty(refusedServerRowsProperty, list.isEmpty ? nil : .bytes(SetAsideRecord.encode(list)))
     }
 
     /// Brings the list up to date after a merge of `delta` that refused `refused`: entries of
@@ -95,7 +100,7 @@ extension SyncClient {
         }
         let updated = kept + refused
         guard updated != list else { return }
-        try tx.setStrataProperty(refusedServerRowsProperty, updated.isEmpty ? nil : .bytes(Array(try WireFormat.encoder.encode(updated))))
+        try saveRefusedServerRows(updated, tx)
     }
 
     /// After the last page of a snapshot merged page by page: the entries of `tables` that no
@@ -105,7 +110,7 @@ extension SyncClient {
         let list = try refusedServerRows(tx.snapshot)
         let kept = list.filter { !tables.contains($0.table) || $0.anchor == anchor }
         guard kept != list else { return }
-        try tx.setStrataProperty(refusedServerRowsProperty, kept.isEmpty ? nil : .bytes(Array(try WireFormat.encoder.encode(kept))))
+        try saveRefusedServerRows(kept, tx)
     }
 }
 
