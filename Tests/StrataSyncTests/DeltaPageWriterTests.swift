@@ -12,6 +12,8 @@ import Testing
         DeltaPageWriter.Table(name: "tasks", keyFields: ["id"], fields: ["done", "notes", "title"]),
         DeltaPageWriter.Table(name: "pairs", keyFields: ["a", "b"], fields: ["v"]),
         DeltaPageWriter.Table(name: "bag", keyFields: ["name"], fields: []),
+        // More declared fields than the writer keeps in its bit set, and names that need escapes.
+        DeltaPageWriter.Table(name: "wide", keyFields: ["k\"ey"], fields: (0..<70).map { "f\($0)" } + ["a/b", "é"]),
     ]
 
     static func value(_ random: inout SplitMix64) -> Value {
@@ -38,7 +40,11 @@ import Testing
                 let key = t.keyFields.map { _ in Self.value(&random) }.map { $0.isNull ? Value.int(1) : $0 }
                 let keyJSON = String(decoding: try WireFormat.encode(key), as: UTF8.self)
                 if !snapshot && random.below(4) == 0 {
-                    try writer.delete(table: ti, key: keyJSON)
+                    if random.below(2) == 0 {
+                        try writer.delete(table: ti, key: keyJSON)
+                    } else {
+                        try Array(keyJSON.utf8).withUnsafeBytes { try writer.delete(table: ti, key: $0) }
+                    }
                     expected[t.name, default: TableDelta(t.name)].deletes.append(RowKey(key))
                     continue
                 }
@@ -49,7 +55,15 @@ import Testing
                 if random.below(5) == 0 { stored[t.keyFields[0]] = .string("stale key copy") }
                 let version = Int64(random.below(1_000_000))
                 let stamp = Double(random.below(2_000_000_000)) + 0.25
-                try writer.upsert(table: ti, key: keyJSON, fields: String(decoding: try WireFormat.encode(stored), as: UTF8.self), version: version, timestamp: stamp)
+                let fieldsJSON = try WireFormat.encode(stored)
+                if random.below(2) == 0 {
+                    try writer.upsert(table: ti, key: keyJSON, fields: String(decoding: fieldsJSON, as: UTF8.self), version: version, timestamp: stamp)
+                } else {
+                    // The bytes a server hands over from its result rows.
+                    try Array(keyJSON.utf8).withUnsafeBytes { k in
+                        try fieldsJSON.withUnsafeBytes { f in try writer.upsert(table: ti, key: k, fields: f, version: version, timestamp: stamp) }
+                    }
+                }
                 var fields = stored
                 for f in t.fields where fields[f] == nil { fields[f] = .null }
                 for (k, v) in zip(t.keyFields, key) { fields[k] = v }
@@ -62,13 +76,19 @@ import Testing
         }
     }
 
-    @Test func storedJSONThatIsNotAWireRowIsAnError() {
+    @Test func storedJSONThatIsNotAWireRowIsAnError() throws {
         var writer = DeltaPageWriter(tables: Self.tables)
-        for (key, fields) in [("[1", "{}"), (#"[{"int":1},{"int":2}]"#, "{}"), (#"[{"int":1}]"#, #"{"title":}"#), (#"[{"int":1}]"#, "[]")] {
+        var good = DeltaPageWriter(tables: Self.tables)
+        try writer.upsert(table: 0, key: #"[{"int":7}]"#, fields: #"{"title":{"string":"kept"}}"#, version: 3, timestamp: 1)
+        try good.upsert(table: 0, key: #"[{"int":7}]"#, fields: #"{"title":{"string":"kept"}}"#, version: 3, timestamp: 1)
+        for (key, fields) in [("[1", "{}"), (#"[{"int":1},{"int":2}]"#, "{}"), (#"[{"int":1}]"#, #"{"title":}"#), (#"[{"int":1}]"#, "[]"), (#"[{"int":1}]"#, #"{"title":{"string":"x"},"#)] {
             #expect(throws: StrataError.self, "\(key) \(fields)") { try writer.upsert(table: 0, key: key, fields: fields, version: 1, timestamp: 0) }
+            #expect(throws: StrataError.self, "\(key) \(fields), as bytes") {
+                try Array(key.utf8).withUnsafeBytes { k in try Array(fields.utf8).withUnsafeBytes { f in try writer.upsert(table: 0, key: k, fields: f, version: 1, timestamp: 0) } }
+            }
         }
         #expect(throws: StrataError.self) { try writer.delete(table: 0, key: "{}") }
-        // Nothing of the refused rows was written.
-        #expect(writer.finish(since: nil, anchor: "1", mode: .incremental) == Array(#"{"anchor":"1","mode":"incremental","tables":[]}"#.utf8))
+        // Nothing of the refused rows was written: the page holds the row written before them.
+        #expect(writer.finish(since: nil, anchor: "1", mode: .incremental) == good.finish(since: nil, anchor: "1", mode: .incremental))
     }
 }

@@ -16,4 +16,11 @@ struct Cells {
         guard let cell = iterator.next() else { throw PostgresDecodingError.Code.missingData }
         return try cell.decode(T.self)
     }
+
+    /// The next cell's bytes as PostgreSQL sent them (text columns: their UTF-8), without making
+    /// a `String` of them; `nil` for SQL NULL.
+    mutating func nextBytes() throws -> ByteBuffer? {
+        guard let cell = iterator.next() else { throw PostgresDecodingError.Code.missingData }
+        return cell.bytes
+    }
 }

@@ -187,16 +187,24 @@ struct Database: Sendable {
             DeltaPageWriter.Table(name: t.name, keyFields: t.primaryKey,
                                   fields: t.isPropertyBag ? [] : t.fields.map(\.name).filter { !t.primaryKey.contains($0) })
         })
-        let index = Dictionary(tables.tables.enumerated().map { ($1.name, $0) }) { a, _ in a }
+        // The tables' names as bytes: a row's table is found by comparing its cell's bytes, with
+        // no string made per row.
+        let names = tables.tables.map { Array($0.name.utf8) }
         var page = Page(body: [], until: until)
-        func add(_ tbl: String, _ keyText: String, _ fieldsText: String, _ deleted: Bool, _ version: Int64, _ stamp: Double) throws {
-            // A table since dropped from the tables file is not served. (Names compare by bytes.)
-            guard let i = index[tbl], tables.tables[i].name.utf8.elementsEqual(tbl.utf8) else { return }
-            if deleted {
-                try writer.delete(table: i, key: keyText)
-            } else {
-                try writer.upsert(table: i, key: keyText, fields: fieldsText, version: version, timestamp: stamp)
+        /// Adds the row whose table and key cells were read; returns its version.
+        func add(_ cells: inout Cells, _ tbl: ByteBuffer, _ key: ByteBuffer) throws -> Int64 {
+            let fields = try cells.nextBytes(), deleted = try cells.next(Bool.self), version = try cells.next(Int64.self), stamp = try cells.next(Double.self)
+            // A table since dropped from the tables file is not served.
+            guard let i = tbl.withUnsafeReadableBytes({ t in names.firstIndex { $0.elementsEqual(t) } }) else { return version }
+            try key.withUnsafeReadableBytes { k in
+                if deleted {
+                    try writer.delete(table: i, key: k)
+                } else {
+                    guard let fields else { throw RequestError(500, "internal", "a stored row of table '\(tables.tables[i].name)' has no fields") }
+                    try fields.withUnsafeReadableBytes { f in try writer.upsert(table: i, key: k, fields: f, version: version, timestamp: stamp) }
+                }
             }
+            return version
         }
 
         if let since {
@@ -213,14 +221,15 @@ struct Database: Sendable {
                 """, logger: logger)
             var count = 0
             var anchor = String(until)
+            var lastVersion: Int64?
             for try await row in rows {
-                var cells = Cells(row)
-                let (tbl, key, fields, deleted, version, stamp) = (try cells.next(String.self), try cells.next(String.self), try cells.next(String.self), try cells.next(Bool.self), try cells.next(Int64.self), try cells.next(Double.self))
                 count += 1
                 if count > limit { page.more = true; continue }
-                anchor = String(version)
-                try add(tbl, key, fields, deleted, version, stamp)
+                var cells = Cells(row)
+                let (tbl, key) = (try cells.nextBytes() ?? ByteBuffer(), try cells.nextBytes() ?? ByteBuffer())
+                lastVersion = try add(&cells, tbl, key)
             }
+            if let lastVersion { anchor = String(lastVersion) }
             if !page.more { anchor = String(until) }
             page.body = writer.finish(since: since, anchor: anchor, mode: .incremental)
         } else {
@@ -230,14 +239,17 @@ struct Database: Sendable {
                 WHERE (tbl, key) > (\(t), \(k)) AND NOT deleted ORDER BY tbl, key LIMIT \(limit + 1)
                 """, logger: logger)
             var count = 0
+            var last: (table: ByteBuffer, key: ByteBuffer)?
             for try await row in rows {
-                var cells = Cells(row)
-                let (tbl, key, fields, deleted, version, stamp) = (try cells.next(String.self), try cells.next(String.self), try cells.next(String.self), try cells.next(Bool.self), try cells.next(Int64.self), try cells.next(Double.self))
                 count += 1
                 if count > limit { page.more = true; continue }
-                page.after = (tbl, key)
-                try add(tbl, key, fields, deleted, version, stamp)
+                var cells = Cells(row)
+                let (tbl, key) = (try cells.nextBytes() ?? ByteBuffer(), try cells.nextBytes() ?? ByteBuffer())
+                _ = try add(&cells, tbl, key)
+                last = (tbl, key)
             }
+            // Where the next page starts: strings of the last row only.
+            if let last { page.after = (String(buffer: last.table), String(buffer: last.key)) }
             // A snapshot lists every table, so that a client deletes rows of a table now empty.
             page.body = writer.finish(since: nil, anchor: String(until), mode: .snapshot, listingEveryTable: true)
         }

@@ -20,6 +20,9 @@ struct JSONWriter {
     @inline(__always)
     mutating func byte(_ b: UInt8) { bytes.append(b) }
 
+    /// Cuts the document back to its first `count` bytes (what was written after them goes).
+    mutating func truncate(to count: Int) { bytes.removeSubrange(count...) }
+
     /// Appends bytes that already are JSON, as they are.
     mutating func append(_ raw: UnsafeRawBufferPointer) { bytes.append(contentsOf: raw) }
 
