@@ -68,7 +68,7 @@ extension Database {
         // A batch stored before digests were kept (schema 2) can only be matched on the rows its
         // acknowledgement answers, in order.
         let same = storedDigest.map { $0 == digest }
-            ?? (ack.results.map { StoredRowID($0.table, Self.keyText($0.key)) } == batch.changes.map { StoredRowID($0.table, Self.keyText($0.key)) })
+            ?? (ack.results.map { ServerRules.RowID($0.table, $0.key) } == batch.changes.map { ServerRules.RowID($0.table, $0.key) })
         guard same else {
             // Batch ids are `<clientID>-<number>` (checked before any is stored).
             let highest = try await c.query("""
@@ -109,28 +109,24 @@ extension Database {
         }
     }
 
-    private static func keyText(_ key: RowKey) -> String {
-        String(decoding: (try? WireFormat.encode(key.values)) ?? Data(), as: UTF8.self)
-    }
-
     private func decideAndWrite(_ batch: Batch, _ prepared: ServerRules.Prepared, on c: PostgresConnection) async throws -> BatchAck {
         // Lock every row the batch names (the rows the tables refuse are neither read nor
-        // written), in one statement, in key order.
-        let named = prepared.rows.map { StoredRowID($0.table, $0.keyText) }
+        // written), in one statement, in key order. A row found comes back as its place in
+        // `prepared.rows` (from 1), not as its table and key: nothing to decode or look up.
+        let named = prepared.rows
         var stored: [ServerRules.RowID: ServerRules.StoredRow] = [:]
-        let byText = Dictionary(prepared.rows.map { (StoredRowID($0.table, $0.keyText), $0) }) { a, _ in a }
+        stored.reserveCapacity(named.count)
         let locked = try await c.query("""
-            SELECT tbl, key, fields, deleted FROM strata_rows
-            WHERE (tbl, key) IN (SELECT * FROM unnest(\(named.map(\.table))::text[], \(named.map(\.key))::text[]))
-            ORDER BY tbl, key FOR UPDATE
+            SELECT u.i, r.fields, r.deleted
+            FROM unnest(\(named.map(\.table))::text[], \(named.map(\.keyText))::text[]) WITH ORDINALITY AS u(t, k, i)
+            JOIN strata_rows r ON r.tbl = u.t AND r.key = u.k
+            ORDER BY r.tbl, r.key FOR UPDATE OF r
             """, logger: logger)
-        var exists = Set<StoredRowID>()
         for try await row in locked {
             var cells = Cells(row)
-            let (tbl, key, fields, deleted) = (try cells.next(String.self), try cells.next(String.self), try cells.next(String.self), try cells.next(Bool.self))
-            exists.insert(StoredRowID(tbl, key))
-            guard let id = byText[StoredRowID(tbl, key)] else { continue }
-            stored[id] = ServerRules.StoredRow(fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted)
+            let (i, fields, deleted) = (try cells.next(Int64.self), try cells.next(String.self), try cells.next(Bool.self))
+            stored[named[try Self.place(i, of: named.count)]] = ServerRules.StoredRow(
+                fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted)
         }
 
         // The parents that children in this batch name, as they are now (shared locks, so that
@@ -138,17 +134,15 @@ extension Database {
         // deletes is judged by the batch's own state.
         var liveParents = Set<ServerRules.RowID>()
         if !prepared.parents.isEmpty {
-            let refs = prepared.parents.map { StoredRowID($0.table, $0.keyText) }
-            let parents = Dictionary(prepared.parents.map { (StoredRowID($0.table, $0.keyText), $0) }) { a, _ in a }
+            let refs = prepared.parents
             let found = try await c.query("""
-                SELECT tbl, key FROM strata_rows
-                WHERE (tbl, key) IN (SELECT * FROM unnest(\(refs.map(\.table))::text[], \(refs.map(\.key))::text[])) AND NOT deleted
-                ORDER BY tbl, key FOR SHARE
+                SELECT u.i FROM unnest(\(refs.map(\.table))::text[], \(refs.map(\.keyText))::text[]) WITH ORDINALITY AS u(t, k, i)
+                JOIN strata_rows r ON r.tbl = u.t AND r.key = u.k
+                WHERE NOT r.deleted ORDER BY r.tbl, r.key FOR SHARE OF r
                 """, logger: logger)
             for try await row in found {
                 var cells = Cells(row)
-                let (t, k) = (try cells.next(String.self), try cells.next(String.self))
-                if let id = parents[StoredRowID(t, k)] { liveParents.insert(id) }
+                liveParents.insert(refs[try Self.place(try cells.next(Int64.self), of: refs.count)])
             }
         }
         var keys: [Value] = []
@@ -160,44 +154,45 @@ extension Database {
 
         let outcome = rules.decide(prepared, stored: stored, liveParents: liveParents, drawnKeys: keys)
         var results = outcome.results
-        var rows: [StoredRowID: (fields: [String: Value], deleted: Bool, exists: Bool)] = [:]
-        var written: [StoredRowID: Int] = [:]   // row → index of the result that last wrote it
-        for w in outcome.writes {
-            let id = StoredRowID(w.id.table, w.id.keyText)
-            rows[id] = (w.fields ?? Dictionary(uniqueKeysWithValues: w.tombstoneNames.map { ($0, Value.null) }), w.fields == nil, exists.contains(id))
-            written[id] = w.result
-        }
+        // A row written twice is listed twice; its last write holds its state.
+        var last: [ServerRules.RowID: Int] = [:]   // row → index in `outcome.writes` of its last write
+        last.reserveCapacity(outcome.writes.count)
+        for (i, w) in outcome.writes.enumerated() { last[w.id] = i }
 
         try await c.query("SELECT pg_advisory_xact_lock(\(Self.versionLock))", logger: logger)
-        if !written.isEmpty {
-            let ids = written.keys.sorted()
-            func encoded(_ id: StoredRowID) throws -> String { String(decoding: try WireFormat.encode(rows[id]!.fields), as: UTF8.self) }
-            let old = ids.filter { rows[$0]!.exists }
+        if !last.isEmpty {
+            let ids = last.keys.sorted()
+            func write(_ id: ServerRules.RowID) -> ServerRules.Write { outcome.writes[last[id]!] }
+            func encoded(_ id: ServerRules.RowID) throws -> String {
+                let w = write(id)
+                let fields = w.fields ?? Dictionary(uniqueKeysWithValues: w.tombstoneNames.map { ($0, Value.null) })
+                return String(decoding: try WireFormat.encode(fields), as: UTF8.self)
+            }
+            // A row is updated if the lock found it (tombstones included), inserted otherwise.
+            let old = ids.filter { stored[$0] != nil }
             if !old.isEmpty {
                 try await c.query("""
                     UPDATE strata_rows r SET fields = u.f, deleted = u.d, version = nextval('strata_version'), updated_at = now()
-                    FROM unnest(\(old.map(\.table))::text[], \(old.map(\.key))::text[], \(try old.map(encoded))::text[], \(old.map { rows[$0]!.deleted })::bool[]) AS u(t, k, f, d)
+                    FROM unnest(\(old.map(\.table))::text[], \(old.map(\.keyText))::text[], \(try old.map(encoded))::text[], \(old.map { write($0).fields == nil })::bool[]) AS u(t, k, f, d)
                     WHERE r.tbl = u.t AND r.key = u.k
                     """, logger: logger)
             }
-            let new = ids.filter { !rows[$0]!.exists }
+            let new = ids.filter { stored[$0] == nil }
             if !new.isEmpty {
                 // A row no transaction had when we locked may have been inserted by a concurrent
-                // batch since: that insert wins, and ours is a conflict.
-                let inserted = try await c.query("""
-                    INSERT INTO strata_rows (tbl, key, fields, deleted, version)
-                    SELECT t, k, f, d, nextval('strata_version')
-                    FROM unnest(\(new.map(\.table))::text[], \(new.map(\.key))::text[], \(try new.map(encoded))::text[], \(new.map { rows[$0]!.deleted })::bool[]) AS u(t, k, f, d)
-                    ON CONFLICT (tbl, key) DO NOTHING RETURNING tbl, key
+                // batch since: that insert wins, and ours is a conflict. The statement answers
+                // with the places (in `new`, from 1) of the rows it did not insert.
+                let refused = try await c.query("""
+                    WITH u AS (SELECT * FROM unnest(\(new.map(\.table))::text[], \(new.map(\.keyText))::text[], \(try new.map(encoded))::text[], \(new.map { write($0).fields == nil })::bool[]) WITH ORDINALITY AS u(t, k, f, d, i)),
+                    ins AS (INSERT INTO strata_rows (tbl, key, fields, deleted, version)
+                            SELECT t, k, f, d, nextval('strata_version') FROM u
+                            ON CONFLICT (tbl, key) DO NOTHING RETURNING tbl, key)
+                    SELECT u.i FROM u WHERE NOT EXISTS (SELECT FROM ins WHERE ins.tbl = u.t AND ins.key = u.k)
                     """, logger: logger)
-                var done = Set<StoredRowID>()
-                for try await row in inserted {
+                for try await row in refused {
                     var cells = Cells(row)
-                    done.insert(StoredRowID(try cells.next(String.self), try cells.next(String.self)))
-                }
-                for id in new where !done.contains(id) {
-                    let r = results[written[id]!]
-                    results[written[id]!] = RowResult(table: r.table, key: r.key, status: .conflict)
+                    let r = write(new[try Self.place(try cells.next(Int64.self), of: new.count)]).result
+                    results[r] = RowResult(table: results[r].table, key: results[r].key, status: .conflict)
                 }
             }
         }
@@ -208,34 +203,11 @@ extension Database {
             """, logger: logger)
         return ack
     }
-}
 
-/// A row of the server: its table and its key as stored (the key's wire JSON), as a dictionary
-/// key. Compared, hashed and ordered by UTF-8 bytes, as PostgreSQL compares `text` and as
-/// clients compare keys: Swift's `String` equality would take a key's NFC and NFD forms for one
-/// row, and a batch naming both would write one's change onto the other.
-struct StoredRowID: Hashable, Comparable {
-    let table: String
-    let key: String
-
-    init(_ table: String, _ key: String) {
-        self.table = table
-        self.key = key
-    }
-
-    static func == (a: StoredRowID, b: StoredRowID) -> Bool {
-        a.table.utf8.elementsEqual(b.table.utf8) && a.key.utf8.elementsEqual(b.key.utf8)
-    }
-
-    func hash(into hasher: inout Hasher) {
-        for part in [table, key] {
-            hasher.combine(part.utf8.count)
-            for byte in part.utf8 { hasher.combine(byte) }
-        }
-    }
-
-    static func < (a: StoredRowID, b: StoredRowID) -> Bool {
-        if !a.table.utf8.elementsEqual(b.table.utf8) { return a.table.utf8.lexicographicallyPrecedes(b.table.utf8) }
-        return a.key.utf8.lexicographicallyPrecedes(b.key.utf8)
+    /// The index in a list of `count` rows of the place PostgreSQL answered for one of them
+    /// (`WITH ORDINALITY`, counted from 1).
+    private static func place(_ i: Int64, of count: Int) throws -> Int {
+        guard i >= 1, i <= count else { throw ServerError("PostgreSQL answered row \(i) of a list of \(count)") }
+        return Int(i) - 1
     }
 }

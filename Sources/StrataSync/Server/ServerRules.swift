@@ -42,7 +42,7 @@ public struct ServerRules: Sendable {
 
     /// A row of the server: its table and its key, compared, hashed and ordered by the UTF-8
     /// bytes of the table name and of the key's wire JSON (``keyText``), as PostgreSQL compares
-    /// `text` and clients compare keys.
+    /// `text` and clients compare keys. `strata-server` keys its maps of rows by it too.
     public struct RowID: Hashable, Comparable, Sendable {
         /// The table's name.
         public let table: String
@@ -58,9 +58,20 @@ public struct ServerRules: Sendable {
             self.keyText = Self.text(key)
         }
 
-        /// The key's values as the wire format writes them.
+        /// The key's values as the wire format writes them (`WireFormat.encode(key.values)`, byte
+        /// for byte), or the empty string for a key holding a NaN or infinite double, which the
+        /// format cannot write.
+        ///
+        /// Written by the wire codec's own writer: a server names a row's key once or twice per
+        /// change it decides.
         public static func text(_ key: RowKey) -> String {
-            String(decoding: (try? WireFormat.encode(key.values)) ?? Data(), as: UTF8.self)
+            var w = JSONWriter(capacity: 32)
+            do {
+                try WireCodec.array(key.values, &w, WireCodec.value)
+            } catch {
+                return ""
+            }
+            return String(decoding: w.bytes, as: UTF8.self)
         }
 
         public static func == (a: RowID, b: RowID) -> Bool {
@@ -68,15 +79,36 @@ public struct ServerRules: Sendable {
         }
 
         public func hash(into hasher: inout Hasher) {
-            for part in [table, keyText] {
-                hasher.combine(part.utf8.count)
-                for byte in part.utf8 { hasher.combine(byte) }
-            }
+            Self.feed(table, &hasher)
+            Self.feed(keyText, &hasher)
+        }
+
+        /// Feeds `s`'s UTF-8 bytes to `hasher` in one call, after their count (so that
+        /// ("ab", "c") and ("a", "bc") feed different streams).
+        @inline(__always)
+        private static func feed(_ s: String, _ hasher: inout Hasher) {
+            hasher.combine(s.utf8.count)
+            let fed: Void? = s.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+            if fed == nil { for byte in s.utf8 { hasher.combine(byte) } }
         }
 
         public static func < (a: RowID, b: RowID) -> Bool {
-            if !a.table.sameBytes(b.table) { return a.table.utf8.lexicographicallyPrecedes(b.table.utf8) }
-            return a.keyText.utf8.lexicographicallyPrecedes(b.keyText.utf8)
+            let tables = compareBytes(a.table, b.table)
+            return tables != 0 ? tables < 0 : compareBytes(a.keyText, b.keyText) < 0
+        }
+
+        /// Negative, zero or positive as `a`'s UTF-8 bytes sort before, with or after `b`'s.
+        @inline(__always)
+        private static func compareBytes(_ a: String, _ b: String) -> Int {
+            let (m, n) = (a.utf8.count, b.utf8.count)
+            let order = a.utf8.withContiguousStorageIfAvailable { pa in
+                b.utf8.withContiguousStorageIfAvailable { pb in
+                    min(m, n) == 0 ? 0 : Int(memcmp(pa.baseAddress!, pb.baseAddress!, min(m, n)))
+                }
+            }
+            if let order, let order { return order != 0 ? order : m - n }
+            if a.utf8.elementsEqual(b.utf8) { return 0 }
+            return a.utf8.lexicographicallyPrecedes(b.utf8) ? -1 : 1
         }
     }
 
