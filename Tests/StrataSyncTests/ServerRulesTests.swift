@@ -2,6 +2,7 @@ import Foundation
 import Strata
 import StrataSync
 import StrataTesting
+import StrataWorkload
 import Testing
 
 /// `ServerRules` on its own, without a server: what `strata-server` and `InMemorySyncServer`
@@ -116,5 +117,49 @@ import Testing
         #expect(try await push(2, RowChange(table: "settings", key: key, kind: .delete, originals: ["v": 1, "w": "old"])) == .ok)
         #expect(try await push(3, RowChange(table: "settings", key: key, kind: .insert, values: ["name": "a", "v": 2])) == .ok)
         #expect(server.rows("settings")[key] == ["v": 2, "w": Value.null])
+    }
+
+    /// A row's key text is the key's values as the `Codable` path (`JSONEncoder`, sorted keys)
+    /// writes them, byte for byte: the server stores and finds rows by it, so a key written
+    /// otherwise would name another row. Random keys: Unicode, escapes, doubles at the edges of
+    /// their formatting, negative ints, bytes and timestamps.
+    @Test func aKeyIsWrittenAsTheEncoderWritesIt() throws {
+        var gen = WireCodecTests.Generator(g: SplitMix64(seed: testSeed("ServerRules keyText")))
+        for _ in 0..<3000 {
+            let key = gen.key()
+            let reference = String(decoding: try WireFormat.encodeWithFoundation(key.values), as: UTF8.self)
+            #expect(ServerRules.RowID.text(key) == reference, "key \(key)")
+            #expect(ServerRules.RowID("t", key).keyText == reference)
+        }
+        let mixed = RowKey([.int(-42), .double(-0.5), .string("a\"/\\\u{1}é😀")])
+        let expected = #"[{"int":-42},{"double":-0.5},{"string":"a\"\/\\\u0001é😀"}]"#
+        #expect(ServerRules.RowID.text(mixed) == expected)
+        // A key the format cannot write (never one the tables take) has the empty text, as before.
+        #expect(ServerRules.RowID.text(RowKey([.double(.nan)])) == "")
+    }
+
+    /// Row ids are equal, hashed and ordered by the bytes of the table name and of the key
+    /// text: two Unicode forms of a key (or a table name) are two rows, and the order is the
+    /// bytes' order.
+    @Test func rowIDsCompareByBytes() {
+        var g = SplitMix64(seed: testSeed("ServerRules rowIDs"))
+        let pieces = ["a", "b", "é", "e\u{301}", "\u{212B}", "\u{C5}", "A\u{30A}", "\u{0}", "😀", "z", "\u{7F}", "ab"]
+        func text() -> String { (0..<Int(g.next() % 3)).map { _ in pieces[Int(g.next() % UInt64(pieces.count))] }.joined() }
+        let ids = (0..<300).map { _ in ServerRules.RowID(text(), RowKey([.string(text())])) }
+        for a in ids {
+            for b in ids.prefix(60) {
+                let same = Array(a.table.utf8) == Array(b.table.utf8) && Array(a.keyText.utf8) == Array(b.keyText.utf8)
+                #expect((a == b) == same, "\(a.table.codePoints) \(a.keyText) vs \(b.table.codePoints) \(b.keyText)")
+                if same { #expect(a.hashValue == b.hashValue) }
+                let before = Array(a.table.utf8) == Array(b.table.utf8)
+                    ? a.keyText.utf8.lexicographicallyPrecedes(b.keyText.utf8) : a.table.utf8.lexicographicallyPrecedes(b.table.utf8)
+                #expect((a < b) == before)
+            }
+        }
+        // 0xFF never occurs in UTF-8: it separates the table from the key.
+        let byBytes = Set(ids.map { (id: ServerRules.RowID) -> [UInt8] in Array(id.table.utf8) + [0xFF] + Array(id.keyText.utf8) })
+        #expect(Set(ids).count == byBytes.count)
+        let (nfc, nfd) = (ServerRules.RowID("t", RowKey([.string("\u{e9}")])), ServerRules.RowID("t", RowKey([.string("e\u{301}")])))
+        #expect(nfc != nfd)
     }
 }

@@ -6,38 +6,38 @@ import Strata
 import StrataSync
 
 extension Database {
-    /// Applies a batch pushed by `clientID` and returns its acknowledgement; a batch id seen
-    /// before with the same payload gets its stored acknowledgement and is not applied again.
-    /// The same id with another payload is refused (409, with the client's highest batch
-    /// number): its client's batch counter went back, and the stored acknowledgement would
+    /// Applies a batch pushed by `clientID` and returns its acknowledgement, in the wire format;
+    /// a batch id seen before with the same payload gets its stored acknowledgement and is not
+    /// applied again. The same id with another payload is refused (409, with the client's highest
+    /// batch number): its client's batch counter went back, and the stored acknowledgement would
     /// settle rows the server never saw.
     ///
-    /// One PostgreSQL transaction holds the whole batch and its acknowledgement:
-    /// 1. claim the batch id (`INSERT … ON CONFLICT DO NOTHING`), with the SHA-256 of the payload:
-    ///    a second transaction carrying the same id waits on the first one's uncommitted row, then
-    ///    finds it taken and answers with the stored acknowledgement, so a batch is never applied
-    ///    twice, even concurrently;
-    /// 2. lock the rows the batch names (`FOR UPDATE`) and the parents it names (`FOR SHARE`), draw
-    ///    the server-assigned keys, and decide every change in memory by `ServerRules`;
-    /// 3. take the version lock, write the rows with versions from the sequence, store the ack,
-    ///    and commit. Holding that lock from the first version drawn to the commit makes versions
-    ///    commit in order, so a pull that sees version v has seen every version below it.
-    func apply(_ batch: Batch) async throws -> BatchAck {
+    /// One PostgreSQL transaction holds the whole batch and its acknowledgement, in two
+    /// statements between `BEGIN` and `COMMIT`:
+    /// 1. claim the batch id (`INSERT … ON CONFLICT DO NOTHING`), with the SHA-256 of the payload,
+    ///    and only if it was claimed, lock the rows the batch names (`FOR UPDATE`). A second
+    ///    transaction carrying the same id waits on the first one's uncommitted row, then finds it
+    ///    taken, locks nothing, and answers with the stored acknowledgement, so a batch is never
+    ///    applied twice, even concurrently. Then lock the parents the batch names (`FOR SHARE`),
+    ///    draw the server-assigned keys (each only if the batch needs it), and decide every change
+    ///    in memory by `ServerRules`;
+    /// 2. take the version lock, write the rows with versions from the sequence, and store the ack;
+    ///    then commit. Holding that lock from the first version drawn to the commit makes versions
+    ///    commit in order, so a pull that sees version v has seen every version below it; one
+    ///    statement under it, not four, keeps the time it is held short.
+    func apply(_ batch: Batch) async throws -> Data {
         guard batch.id == "\(batch.clientID)-\(batch.number)" else {
             throw RequestError.bad("the batch id '\(batch.id)' is not '<clientID>-<number>' (\(batch.clientID)-\(batch.number))")
         }
         // The payload as the wire format writes it (sorted keys: equal batches, equal bytes),
         // whatever bytes the client sent; its digest is what a repeat of the id is matched on.
-        // Hex, lowercase: as PostgreSQL's encode(sha256(…), 'hex') wrote the digests stored before.
-        let digest = SHA256.hash(data: try WireFormat.encode(batch)).map { String(format: "%02x", $0) }.joined()
-        // A batch applied before is answered before its rows are checked: the tables file may
-        // have changed since, and the answer must not.
-        let stored = try await client.withConnection { c in try await storedAnswer(batch, digest: digest, on: c) }
-        if let stored { return stored }
+        let digest = Self.hex(SHA256.hash(data: try WireFormat.encode(batch)))
         // Checked against the tables before anything is written. A change that violates them is
         // answered on its own row (`error`, `setAside`, with the reason), as a child of a missing
         // parent is: refusing the whole batch would hold back every other row of it, and the
-        // client's downloads behind it, for good.
+        // client's downloads behind it, for good. A batch applied before gets its stored answer
+        // (step 1) whatever this says: the tables file may have changed since, and the answer
+        // must not.
         let changes = rules.prepare(batch.changes)
         // A deadlock (two batches locking the same rows in another order) or a serialization
         // failure rolls back the whole transaction; it is safe to run it again.
@@ -51,8 +51,17 @@ extension Database {
         fatalError("unreachable")
     }
 
-    /// The rules every batch is decided by, shared with `InMemorySyncServer`.
-    var rules: ServerRules { ServerRules(tables) }
+    /// A digest in lowercase hex: as PostgreSQL's encode(sha256(…), 'hex') wrote the digests
+    /// stored before.
+    static func hex(_ digest: some Sequence<UInt8>) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        for b in digest {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0xF)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
 
     /// The stored acknowledgement of `batch`'s id, if a batch with that id was applied, and
     /// only if it carried the same payload (`digest`).
@@ -68,7 +77,7 @@ extension Database {
         // A batch stored before digests were kept (schema 2) can only be matched on the rows its
         // acknowledgement answers, in order.
         let same = storedDigest.map { $0 == digest }
-            ?? (ack.results.map { StoredRowID($0.table, Self.keyText($0.key)) } == batch.changes.map { StoredRowID($0.table, Self.keyText($0.key)) })
+            ?? (ack.results.map { ServerRules.RowID($0.table, $0.key) } == batch.changes.map { ServerRules.RowID($0.table, $0.key) })
         guard same else {
             // Batch ids are `<clientID>-<number>` (checked before any is stored).
             let highest = try await c.query("""
@@ -84,22 +93,18 @@ extension Database {
         return ack
     }
 
-    private func applyOnce(_ batch: Batch, _ digest: String, _ changes: ServerRules.Prepared) async throws -> BatchAck {
+    private func applyOnce(_ batch: Batch, _ digest: String, _ changes: ServerRules.Prepared) async throws -> Data {
         try await client.withConnection { c in
             try await c.query("BEGIN", logger: logger)
             do {
-                let claimed = try await c.query("""
-                    INSERT INTO strata_batches (id, client_id, digest) VALUES (\(batch.id), \(batch.clientID), \(digest))
-                    ON CONFLICT (id) DO NOTHING RETURNING id
-                    """, logger: logger).collect()
-                if claimed.isEmpty {
+                guard let stored = try await claimAndLock(batch, digest, changes, on: c) else {
                     try await c.query("ROLLBACK", logger: logger)
                     guard let ack = try await storedAnswer(batch, digest: digest, on: c) else {
                         throw ServerError("batch \(batch.id) has no stored acknowledgement")
                     }
-                    return ack
+                    return try WireFormat.encode(ack)
                 }
-                let ack = try await decideAndWrite(batch, changes, on: c)
+                let ack = try await decideAndWrite(batch, changes, stored, on: c)
                 try await c.query("COMMIT", logger: logger)
                 return ack
             } catch {
@@ -109,46 +114,63 @@ extension Database {
         }
     }
 
-    private static func keyText(_ key: RowKey) -> String {
-        String(decoding: (try? WireFormat.encode(key.values)) ?? Data(), as: UTF8.self)
+    /// Step 1 of ``apply(_:)``: claims the batch id and, if it was free, locks every row the
+    /// batch names (the rows the tables refuse are neither read nor written) in key order, and
+    /// reads them, tombstones included; `nil` when the id was taken.
+    ///
+    /// One statement: the claim is a data-modifying `WITH`, and the rows are locked in a
+    /// `LATERAL` subquery that names the claimed id, so that it runs after the claim and only
+    /// when the claim returned a row (a taken id returns none: no rows at all). A row found comes
+    /// back as its place in `prepared.rows` (from 1), not as its table and key: nothing to decode
+    /// or look up. When none is found, the one row has nulls.
+    private func claimAndLock(
+        _ batch: Batch, _ digest: String, _ prepared: ServerRules.Prepared, on c: PostgresConnection
+    ) async throws -> [ServerRules.RowID: ServerRules.StoredRow]? {
+        let named = prepared.rows
+        let locked = try await c.query("""
+            WITH claim AS (
+              INSERT INTO strata_batches (id, client_id, digest) VALUES (\(batch.id), \(batch.clientID), \(digest))
+              ON CONFLICT (id) DO NOTHING RETURNING id)
+            SELECT l.i, l.fields, l.deleted FROM claim LEFT JOIN LATERAL (
+              SELECT u.i, r.fields, r.deleted
+              FROM unnest(\(named.map(\.table))::text[], \(named.map(\.keyText))::text[]) WITH ORDINALITY AS u(t, k, i)
+              JOIN strata_rows r ON r.tbl = u.t AND r.key = u.k
+              WHERE claim.id IS NOT NULL
+              ORDER BY r.tbl, r.key FOR UPDATE OF r) l ON true
+            """, logger: logger)
+        var claimed = false
+        var stored: [ServerRules.RowID: ServerRules.StoredRow] = [:]
+        stored.reserveCapacity(named.count)
+        for try await row in locked {
+            claimed = true
+            var cells = Cells(row)
+            guard let i = try cells.next(Int64?.self) else { continue }
+            let (fields, deleted) = (try cells.next(String.self), try cells.next(Bool.self))
+            stored[named[try Self.place(i, of: named.count)]] = ServerRules.StoredRow(
+                fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted)
+        }
+        return claimed ? stored : nil
     }
 
-    private func decideAndWrite(_ batch: Batch, _ prepared: ServerRules.Prepared, on c: PostgresConnection) async throws -> BatchAck {
-        // Lock every row the batch names (the rows the tables refuse are neither read nor
-        // written), in one statement, in key order.
-        let named = prepared.rows.map { StoredRowID($0.table, $0.keyText) }
-        var stored: [ServerRules.RowID: ServerRules.StoredRow] = [:]
-        let byText = Dictionary(prepared.rows.map { (StoredRowID($0.table, $0.keyText), $0) }) { a, _ in a }
-        let locked = try await c.query("""
-            SELECT tbl, key, fields, deleted FROM strata_rows
-            WHERE (tbl, key) IN (SELECT * FROM unnest(\(named.map(\.table))::text[], \(named.map(\.key))::text[]))
-            ORDER BY tbl, key FOR UPDATE
-            """, logger: logger)
-        var exists = Set<StoredRowID>()
-        for try await row in locked {
-            var cells = Cells(row)
-            let (tbl, key, fields, deleted) = (try cells.next(String.self), try cells.next(String.self), try cells.next(String.self), try cells.next(Bool.self))
-            exists.insert(StoredRowID(tbl, key))
-            guard let id = byText[StoredRowID(tbl, key)] else { continue }
-            stored[id] = ServerRules.StoredRow(fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted)
-        }
-
+    /// Steps 1 (the parents and the keys) and 2 of ``apply(_:)``, after the rows were locked
+    /// and read (`stored`); returns the acknowledgement in the wire format.
+    private func decideAndWrite(
+        _ batch: Batch, _ prepared: ServerRules.Prepared, _ stored: [ServerRules.RowID: ServerRules.StoredRow], on c: PostgresConnection
+    ) async throws -> Data {
         // The parents that children in this batch name, as they are now (shared locks, so that
         // no batch deletes one before this one commits). A parent this batch itself inserts or
         // deletes is judged by the batch's own state.
         var liveParents = Set<ServerRules.RowID>()
         if !prepared.parents.isEmpty {
-            let refs = prepared.parents.map { StoredRowID($0.table, $0.keyText) }
-            let parents = Dictionary(prepared.parents.map { (StoredRowID($0.table, $0.keyText), $0) }) { a, _ in a }
+            let refs = prepared.parents
             let found = try await c.query("""
-                SELECT tbl, key FROM strata_rows
-                WHERE (tbl, key) IN (SELECT * FROM unnest(\(refs.map(\.table))::text[], \(refs.map(\.key))::text[])) AND NOT deleted
-                ORDER BY tbl, key FOR SHARE
+                SELECT u.i FROM unnest(\(refs.map(\.table))::text[], \(refs.map(\.keyText))::text[]) WITH ORDINALITY AS u(t, k, i)
+                JOIN strata_rows r ON r.tbl = u.t AND r.key = u.k
+                WHERE NOT r.deleted ORDER BY r.tbl, r.key FOR SHARE OF r
                 """, logger: logger)
             for try await row in found {
                 var cells = Cells(row)
-                let (t, k) = (try cells.next(String.self), try cells.next(String.self))
-                if let id = parents[StoredRowID(t, k)] { liveParents.insert(id) }
+                liveParents.insert(refs[try Self.place(try cells.next(Int64.self), of: refs.count)])
             }
         }
         var keys: [Value] = []
@@ -159,83 +181,58 @@ extension Database {
         }
 
         let outcome = rules.decide(prepared, stored: stored, liveParents: liveParents, drawnKeys: keys)
-        var results = outcome.results
-        var rows: [StoredRowID: (fields: [String: Value], deleted: Bool, exists: Bool)] = [:]
-        var written: [StoredRowID: Int] = [:]   // row → index of the result that last wrote it
-        for w in outcome.writes {
-            let id = StoredRowID(w.id.table, w.id.keyText)
-            rows[id] = (w.fields ?? Dictionary(uniqueKeysWithValues: w.tombstoneNames.map { ($0, Value.null) }), w.fields == nil, exists.contains(id))
-            written[id] = w.result
-        }
+        let results = outcome.results
+        // A row written twice is listed twice; its last write holds its state.
+        var last: [ServerRules.RowID: Int] = [:]   // row → index in `outcome.writes` of its last write
+        last.reserveCapacity(outcome.writes.count)
+        for (i, w) in outcome.writes.enumerated() { last[w.id] = i }
 
-        try await c.query("SELECT pg_advisory_xact_lock(\(Self.versionLock))", logger: logger)
-        if !written.isEmpty {
-            let ids = written.keys.sorted()
-            func encoded(_ id: StoredRowID) throws -> String { String(decoding: try WireFormat.encode(rows[id]!.fields), as: UTF8.self) }
-            let old = ids.filter { rows[$0]!.exists }
-            if !old.isEmpty {
-                try await c.query("""
-                    UPDATE strata_rows r SET fields = u.f, deleted = u.d, version = nextval('strata_version'), updated_at = now()
-                    FROM unnest(\(old.map(\.table))::text[], \(old.map(\.key))::text[], \(try old.map(encoded))::text[], \(old.map { rows[$0]!.deleted })::bool[]) AS u(t, k, f, d)
-                    WHERE r.tbl = u.t AND r.key = u.k
-                    """, logger: logger)
-            }
-            let new = ids.filter { !rows[$0]!.exists }
-            if !new.isEmpty {
-                // A row no transaction had when we locked may have been inserted by a concurrent
-                // batch since: that insert wins, and ours is a conflict.
-                let inserted = try await c.query("""
-                    INSERT INTO strata_rows (tbl, key, fields, deleted, version)
-                    SELECT t, k, f, d, nextval('strata_version')
-                    FROM unnest(\(new.map(\.table))::text[], \(new.map(\.key))::text[], \(try new.map(encoded))::text[], \(new.map { rows[$0]!.deleted })::bool[]) AS u(t, k, f, d)
-                    ON CONFLICT (tbl, key) DO NOTHING RETURNING tbl, key
-                    """, logger: logger)
-                var done = Set<StoredRowID>()
-                for try await row in inserted {
-                    var cells = Cells(row)
-                    done.insert(StoredRowID(try cells.next(String.self), try cells.next(String.self)))
-                }
-                for id in new where !done.contains(id) {
-                    let r = results[written[id]!]
-                    results[written[id]!] = RowResult(table: r.table, key: r.key, status: .conflict)
-                }
-            }
+        // A row is updated if the lock found it (tombstones included), inserted otherwise.
+        let ids = last.keys.sorted()
+        let old = ids.filter { stored[$0] != nil }, new = ids.filter { stored[$0] == nil }
+        func write(_ id: ServerRules.RowID) -> ServerRules.Write { outcome.writes[last[id]!] }
+        func encoded(_ id: ServerRules.RowID) throws -> String {
+            let w = write(id)
+            let fields = w.fields ?? Dictionary(uniqueKeysWithValues: w.tombstoneNames.map { ($0, Value.null) })
+            return String(decoding: try WireFormat.encode(fields), as: UTF8.self)
         }
-        let ack = BatchAck(batchID: batch.id, results: results)
-        let text = String(decoding: try WireFormat.encode(ack), as: UTF8.self)
-        try await c.query("""
-            UPDATE strata_batches SET ack = \(text), seq = nextval('strata_batch_order') WHERE id = \(batch.id)
+        var ack = BatchAck(batchID: batch.id, results: results)
+        var text = try WireFormat.encode(ack)
+        // One statement: the version lock (`v`), then, each joined to it so that it runs after
+        // the lock is held, the updates, the inserts and the acknowledgement with its commit
+        // order. A row no transaction had when we locked may have been inserted by a concurrent
+        // batch since: that insert wins, and ours is a conflict; the statement answers with the
+        // places (in `new`, from 1) of the rows it did not insert.
+        let refused = try await c.query("""
+            WITH v AS (SELECT pg_advisory_xact_lock(\(Self.versionLock))),
+            up AS (UPDATE strata_rows r SET fields = u.f, deleted = u.d, version = nextval('strata_version'), updated_at = now()
+                   FROM v, unnest(\(old.map(\.table))::text[], \(old.map(\.keyText))::text[], \(try old.map(encoded))::text[], \(old.map { write($0).fields == nil })::bool[]) AS u(t, k, f, d)
+                   WHERE r.tbl = u.t AND r.key = u.k),
+            n AS (SELECT u.* FROM v, unnest(\(new.map(\.table))::text[], \(new.map(\.keyText))::text[], \(try new.map(encoded))::text[], \(new.map { write($0).fields == nil })::bool[]) WITH ORDINALITY AS u(t, k, f, d, i)),
+            ins AS (INSERT INTO strata_rows (tbl, key, fields, deleted, version)
+                    SELECT t, k, f, d, nextval('strata_version') FROM n
+                    ON CONFLICT (tbl, key) DO NOTHING RETURNING tbl, key),
+            ack AS (UPDATE strata_batches SET ack = \(String(decoding: text, as: UTF8.self)), seq = nextval('strata_batch_order') FROM v WHERE id = \(batch.id))
+            SELECT n.i FROM n WHERE NOT EXISTS (SELECT FROM ins WHERE ins.tbl = n.t AND ins.key = n.k)
             """, logger: logger)
-        return ack
-    }
-}
-
-/// A row of the server: its table and its key as stored (the key's wire JSON), as a dictionary
-/// key. Compared, hashed and ordered by UTF-8 bytes, as PostgreSQL compares `text` and as
-/// clients compare keys: Swift's `String` equality would take a key's NFC and NFD forms for one
-/// row, and a batch naming both would write one's change onto the other.
-struct StoredRowID: Hashable, Comparable {
-    let table: String
-    let key: String
-
-    init(_ table: String, _ key: String) {
-        self.table = table
-        self.key = key
-    }
-
-    static func == (a: StoredRowID, b: StoredRowID) -> Bool {
-        a.table.utf8.elementsEqual(b.table.utf8) && a.key.utf8.elementsEqual(b.key.utf8)
-    }
-
-    func hash(into hasher: inout Hasher) {
-        for part in [table, key] {
-            hasher.combine(part.utf8.count)
-            for byte in part.utf8 { hasher.combine(byte) }
+        var conflicts = false
+        for try await row in refused {
+            var cells = Cells(row)
+            let r = write(new[try Self.place(try cells.next(Int64.self), of: new.count)]).result
+            ack.results[r] = RowResult(table: ack.results[r].table, key: ack.results[r].key, status: .conflict)
+            conflicts = true
         }
+        if conflicts {
+            text = try WireFormat.encode(ack)
+            try await c.query("UPDATE strata_batches SET ack = \(String(decoding: text, as: UTF8.self)) WHERE id = \(batch.id)", logger: logger)
+        }
+        return text
     }
 
-    static func < (a: StoredRowID, b: StoredRowID) -> Bool {
-        if !a.table.utf8.elementsEqual(b.table.utf8) { return a.table.utf8.lexicographicallyPrecedes(b.table.utf8) }
-        return a.key.utf8.lexicographicallyPrecedes(b.key.utf8)
+    /// The index in a list of `count` rows of the place PostgreSQL answered for one of them
+    /// (`WITH ORDINALITY`, counted from 1).
+    private static func place(_ i: Int64, of count: Int) throws -> Int {
+        guard i >= 1, i <= count else { throw ServerError("PostgreSQL answered row \(i) of a list of \(count)") }
+        return Int(i) - 1
     }
 }

@@ -20,6 +20,15 @@ struct Database: Sendable {
     let client: PostgresClient
     let tables: TableConfig
     let logger: Logger
+    /// The rules every batch is decided by, shared with `InMemorySyncServer`.
+    let rules: ServerRules
+
+    init(client: PostgresClient, tables: TableConfig, logger: Logger) {
+        self.client = client
+        self.tables = tables
+        self.logger = logger
+        self.rules = ServerRules(tables)
+    }
 
     static let schemaVersion = 3
     /// The advisory lock under which versions are drawn and committed (see `apply`).

@@ -122,8 +122,7 @@ struct Routes: Sendable {
         guard batch.clientID == client else {
             throw RequestError(403, "forbidden", "this token belongs to client '\(client)', not '\(batch.clientID)'")
         }
-        let ack = try await db.apply(batch)
-        return json(200, try WireFormat.encode(ack))
+        return json(200, try await db.apply(batch))
     }
 
     private func json(_ status: Int, _ data: Data) -> Response {

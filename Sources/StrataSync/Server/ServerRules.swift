@@ -42,7 +42,7 @@ public struct ServerRules: Sendable {
 
     /// A row of the server: its table and its key, compared, hashed and ordered by the UTF-8
     /// bytes of the table name and of the key's wire JSON (``keyText``), as PostgreSQL compares
-    /// `text` and clients compare keys.
+    /// `text` and clients compare keys. `strata-server` keys its maps of rows by it too.
     public struct RowID: Hashable, Comparable, Sendable {
         /// The table's name.
         public let table: String
@@ -58,9 +58,20 @@ public struct ServerRules: Sendable {
             self.keyText = Self.text(key)
         }
 
-        /// The key's values as the wire format writes them.
+        /// The key's values as the wire format writes them (`WireFormat.encode(key.values)`, byte
+        /// for byte), or the empty string for a key holding a NaN or infinite double, which the
+        /// format cannot write.
+        ///
+        /// Written by the wire codec's own writer: a server names a row's key once or twice per
+        /// change it decides.
         public static func text(_ key: RowKey) -> String {
-            String(decoding: (try? WireFormat.encode(key.values)) ?? Data(), as: UTF8.self)
+            var w = JSONWriter(capacity: 32)
+            do {
+                try WireCodec.array(key.values, &w, WireCodec.value)
+            } catch {
+                return ""
+            }
+            return String(decoding: w.bytes, as: UTF8.self)
         }
 
         public static func == (a: RowID, b: RowID) -> Bool {
@@ -68,15 +79,36 @@ public struct ServerRules: Sendable {
         }
 
         public func hash(into hasher: inout Hasher) {
-            for part in [table, keyText] {
-                hasher.combine(part.utf8.count)
-                for byte in part.utf8 { hasher.combine(byte) }
-            }
+            Self.feed(table, &hasher)
+            Self.feed(keyText, &hasher)
+        }
+
+        /// Feeds `s`'s UTF-8 bytes to `hasher` in one call, after their count (so that
+        /// ("ab", "c") and ("a", "bc") feed different streams).
+        @inline(__always)
+        private static func feed(_ s: String, _ hasher: inout Hasher) {
+            hasher.combine(s.utf8.count)
+            let fed: Void? = s.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+            if fed == nil { for byte in s.utf8 { hasher.combine(byte) } }
         }
 
         public static func < (a: RowID, b: RowID) -> Bool {
-            if !a.table.sameBytes(b.table) { return a.table.utf8.lexicographicallyPrecedes(b.table.utf8) }
-            return a.keyText.utf8.lexicographicallyPrecedes(b.keyText.utf8)
+            let tables = compareBytes(a.table, b.table)
+            return tables != 0 ? tables < 0 : compareBytes(a.keyText, b.keyText) < 0
+        }
+
+        /// Negative, zero or positive as `a`'s UTF-8 bytes sort before, with or after `b`'s.
+        @inline(__always)
+        private static func compareBytes(_ a: String, _ b: String) -> Int {
+            let (m, n) = (a.utf8.count, b.utf8.count)
+            let order = a.utf8.withContiguousStorageIfAvailable { pa in
+                b.utf8.withContiguousStorageIfAvailable { pb in
+                    min(m, n) == 0 ? 0 : Int(memcmp(pa.baseAddress!, pb.baseAddress!, min(m, n)))
+                }
+            }
+            if let order, let order { return order != 0 ? order : m - n }
+            if a.utf8.elementsEqual(b.utf8) { return 0 }
+            return a.utf8.lexicographicallyPrecedes(b.utf8) ? -1 : 1
         }
     }
 
@@ -107,6 +139,9 @@ public struct ServerRules: Sendable {
         public let parents: [RowID]
         /// How many keys to draw for inserts into tables with server-assigned keys.
         public let keysToDraw: Int
+        /// The row each change names (`nil` for a change the tables refuse): its key text is
+        /// written once, here, and `decide` reuses it.
+        let ids: [RowID?]
     }
 
     /// A row to write: its new fields, or `nil` when it is deleted.
@@ -145,7 +180,11 @@ public struct ServerRules: Sendable {
         self.tables = tables
         self.associations = associations
         self.unknownTable = unknownTable
+        self.schemas = tables.map(\.schema)
     }
+
+    /// Each table's schema, in the order of ``tables``: made once, not for every change.
+    private let schemas: [TableSchema]
 
     /// The rules of a tables file, which refuse changes to tables it does not list.
     public init(_ file: TablesFile) {
@@ -160,6 +199,9 @@ public struct ServerRules: Sendable {
 
     private func table(_ name: String) -> TablesFile.Table? { tables.first { $0.name.sameBytes(name) } }
 
+    /// The index in ``tables`` of the table called `name` (compared by bytes).
+    private func tableIndex(_ name: String) -> Int? { tables.firstIndex { $0.name.sameBytes(name) } }
+
     /// The key fields of `table`, declared or taken.
     private func keyFields(_ name: String) -> [String] {
         if let t = table(name) { return t.primaryKey }
@@ -171,17 +213,24 @@ public struct ServerRules: Sendable {
     public func prepare(_ changes: [RowChange]) -> Prepared {
         var checked: [RowChange] = []
         var problems: [String?] = []
-        var rows = Set<RowID>()
+        var ids: [RowID?] = []
+        checked.reserveCapacity(changes.count)
+        problems.reserveCapacity(changes.count)
+        ids.reserveCapacity(changes.count)
+        var rows = Set<RowID>(minimumCapacity: changes.count)
         var parents = Set<RowID>()
         var keys = 0
         for (i, c) in changes.enumerated() {
+            let t = tableIndex(c.table)
             do throws(StrataError) {
-                let n = try check(c)
+                let (n, id) = try check(c, t)
                 checked.append(n)
                 problems.append(nil)
-                rows.insert(RowID(n.table, n.key))
-                if n.kind == .insert, table(n.table)?.serverAssignedKey == true { keys += 1 }
-                if n.kind != .delete, table(n.table) != nil {
+                ids.append(id)
+                rows.insert(id)
+                guard let t else { continue }
+                if n.kind == .insert, tables[t].serverAssignedKey == true { keys += 1 }
+                if n.kind != .delete {
                     for a in associations where a.child.sameBytes(n.table) {
                         if let v = n.values[exactly: a.field], !v.isNull { parents.insert(RowID(a.parent, RowKey([v]))) }
                     }
@@ -189,30 +238,30 @@ public struct ServerRules: Sendable {
             } catch {
                 checked.append(c)
                 problems.append("changes[\(i)]: \(error.message)")
+                ids.append(nil)
             }
         }
-        return Prepared(changes: checked, problems: problems, rows: rows.sorted(), parents: parents.sorted(), keysToDraw: keys)
+        return Prepared(changes: checked, problems: problems, rows: rows.sorted(), parents: parents.sorted(), keysToDraw: keys, ids: ids)
     }
 
-    /// `c` normalized, or why the tables refuse it.
-    private func check(_ c: RowChange) throws(StrataError) -> RowChange {
-        guard let config = table(c.table) else {
-            if case .taken = unknownTable { return c }
+    /// `c` normalized, and the row it names, or why the tables refuse it. `t`: its table's index
+    /// in ``tables``.
+    private func check(_ c: RowChange, _ t: Int?) throws(StrataError) -> (RowChange, RowID) {
+        guard let t else {
+            if case .taken = unknownTable { return (c, RowID(c.table, c.key)) }
             throw StrataError(.malformedInput, "unknown table '\(c.table)'")
         }
-        let schema = config.schema
+        let config = tables[t]
+        let schema = schemas[t]
         var n = c
         n.key = try RowRule.admit(key: c.key, of: schema)
-        let size = config.name.utf8.count + RowID.text(n.key).utf8.count
+        let id = RowID(n.table, n.key)
+        let size = config.name.utf8.count + id.keyText.utf8.count
         guard size <= Self.maxStoredKeyBytes else {
             throw StrataError(.malformedInput, "the key takes \(size) bytes as the server stores it, with its table name; the server takes at most \(Self.maxStoredKeyBytes)")
         }
-        // In the order of the names' bytes: of two bad fields, the one named is the same on every
-        // server (a dictionary's order differs from process to process).
-        n.values = [:]
-        for (f, v) in Self.ordered(c.values) { n.values[f] = try RowRule.admit(v, field: f, of: schema) }
-        n.originals = [:]
-        for (f, v) in Self.ordered(c.originals) { n.originals[f] = try RowRule.admit(v, field: f, of: schema) }
+        n.values = try Self.admitted(c.values, schema)
+        n.originals = try Self.admitted(c.originals, schema)
         let isKey = ExactNames(config.primaryKey)
         switch c.kind {
         case .insert:
@@ -230,7 +279,25 @@ public struct ServerRules: Sendable {
         case .delete:
             guard c.values.isEmpty else { throw StrataError(.malformedInput, "a delete has no values") }
         }
-        return n
+        return (n, id)
+    }
+
+    /// `fields`, each value as `RowRule` admits it for its field of `schema` (an int for a double
+    /// field becomes a double); the map is copied only when a value changes.
+    private static func admitted(_ fields: [String: Value], _ schema: TableSchema) throws(StrataError) -> [String: Value] {
+        var out = fields
+        do {
+            for (f, v) in fields {
+                let admitted = try RowRule.admit(v, field: f, of: schema)
+                if admitted != v { out[f] = admitted }   // `==` on values is exact: same case, same bits
+            }
+        } catch {
+            // Of two bad fields, the one named is the first in the order of the names' bytes:
+            // the same on every server (a dictionary's order differs from process to process).
+            for (f, v) in ordered(fields) { _ = try RowRule.admit(v, field: f, of: schema) }
+            throw error
+        }
+        return out
     }
 
     /// Decides a prepared batch.
@@ -251,9 +318,11 @@ public struct ServerRules: Sendable {
     ) -> Outcome {
         var state = stored
         var out = Outcome(results: [], writes: [])
+        out.results.reserveCapacity(prepared.changes.count)
+        out.writes.reserveCapacity(prepared.changes.count)
         var rekeyed: [String: [Value: Value]] = [:]   // parent table → client key → server key
         var drawn = drawnKeys.makeIterator()
-        for (sent, problem) in zip(prepared.changes, prepared.problems) {
+        for (i, (sent, problem)) in zip(prepared.changes, prepared.problems).enumerated() {
             if let problem {
                 out.results.append(Self.setAside(sent, problem))
                 continue
@@ -263,18 +332,20 @@ public struct ServerRules: Sendable {
             var newKey: RowKey?
             var serverValues: [String: Value] = [:]
             var answer: RowResult?
+            let config = tableIndex(change.table).map { tables[$0] }
             if let result = custom?(change) {
                 guard result.status == .ok else { out.results.append(result); continue }
                 newKey = result.newKey
                 serverValues = result.serverValues ?? [:]
                 answer = result
-            } else if change.kind == .insert, let t = table(change.table), t.serverAssignedKey == true, let k = drawn.next() {
+            } else if change.kind == .insert, let t = config, t.serverAssignedKey == true, let k = drawn.next() {
                 newKey = RowKey([k])
                 change.values[t.primaryKey[0]] = k
                 answer = .ok(change.table, change.key, newKey: newKey)
             }
-            let key = newKey ?? change.key
-            let result = apply(change, under: RowID(change.table, key), serverValues: serverValues, &state, liveParents, &out)
+            // The row the change names, as `prepare` wrote it, unless it is stored under a new key.
+            let id = newKey.map { RowID(change.table, $0) } ?? prepared.ids[i] ?? RowID(change.table, change.key)
+            let result = apply(change, config, under: id, serverValues: serverValues, &state, liveParents, &out)
             if result.status == .ok, change.kind == .insert, let k = newKey, k.values.count == 1, change.key.values.count == 1 {
                 rekeyed[change.table, default: [:]][change.key.values[0]] = k.values[0]
             }
@@ -288,17 +359,35 @@ public struct ServerRules: Sendable {
         fields.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
     }
 
+    /// The first name of `change`'s values, then of its originals (each in the order of the
+    /// names' bytes), that `fields` holds in another Unicode form, with the form it holds.
+    private static func twin(of change: RowChange, in fields: [String: Value]) -> (name: String, held: String)? {
+        func held(_ name: String) -> String? {
+            // A name held in its own bytes has no other form held beside it (a dictionary holds
+            // one of two names `==` calls equal): most names end here, without hashing.
+            if fields[exactly: name] != nil { return nil }
+            guard let i = fields.index(forKey: name), !fields[i].key.sameBytes(name) else { return nil }
+            return fields[i].key
+        }
+        guard !fields.isEmpty,
+              change.values.keys.contains(where: { held($0) != nil }) || change.originals.keys.contains(where: { held($0) != nil })
+        else { return nil }
+        for (name, _) in ordered(change.values) + ordered(change.originals) {
+            if let form = held(name) { return (name, form) }
+        }
+        return nil
+    }
+
     private static func setAside(_ c: RowChange, _ reason: String) -> RowResult {
         RowResult(table: c.table, key: c.key, status: .error, error: RowError(reason: reason, action: .setAside))
     }
 
     /// The result of one change the tables take, stored as `id`; an `ok` records its write.
     private func apply(
-        _ change: RowChange, under id: RowID, serverValues: [String: Value], _ state: inout [RowID: StoredRow],
+        _ change: RowChange, _ config: TablesFile.Table?, under id: RowID, serverValues: [String: Value], _ state: inout [RowID: StoredRow],
         _ liveParents: Set<RowID>, _ out: inout Outcome
     ) -> RowResult {
         let conflict = RowResult(table: change.table, key: change.key, status: .conflict)
-        let config = table(change.table)
         // A child must name a parent that exists: otherwise the row is refused and set aside on
         // the client, with the reason, for the app to fix or discard. Only a declared table's
         // rows are checked: rows of a table taken as they come are taken whatever they name.
@@ -310,7 +399,7 @@ public struct ServerRules: Sendable {
                 if !live { return Self.setAside(change, "\(a.field) names \(a.parent) \(v), which does not exist on the server") }
             }
         }
-        let isKey = ExactNames(keyFields(change.table))
+        let isKey = ExactNames(config?.primaryKey ?? keyFields(change.table))
         let keepsNull = config?.isPropertyBag == true
         var row = state[id] ?? StoredRow(fields: [:], deleted: true)
         let live = !row.deleted
@@ -320,18 +409,13 @@ public struct ServerRules: Sendable {
         // over a property bag's tombstone is checked too: the tombstone's names are listed (as
         // null) with the new row, and merging into one of them would store the new value under
         // the old name's bytes.
-        if live || change.kind == .insert {
-            for (name, _) in Self.ordered(change.values) + Self.ordered(change.originals) {
-                guard let i = row.fields.index(forKey: name), !row.fields[i].key.sameBytes(name) else { continue }
-                let held = row.fields[i].key
-                let holds = live ? "holds" : "was deleted, and its tombstone keeps"
-                return Self.setAside(change, "row \(change.key) of table '\(change.table)' \(holds) the field '\(held)' (\(held.codePoints)), which differs from '\(name)' (\(name.codePoints)) only in Unicode form; field names compare by their bytes, and a row holds one of two such names")
-            }
+        if live || change.kind == .insert, let (name, held) = Self.twin(of: change, in: row.fields) {
+            let holds = live ? "holds" : "was deleted, and its tombstone keeps"
+            return Self.setAside(change, "row \(change.key) of table '\(change.table)' \(holds) the field '\(held)' (\(held.codePoints)), which differs from '\(name)' (\(name.codePoints)) only in Unicode form; field names compare by their bytes, and a row holds one of two such names")
         }
         func matches(_ originals: [String: Value]) -> Bool {
             originals.allSatisfy { f, o in (row.fields[exactly: f] ?? .null) == o }
         }
-        let nonKey = change.values.filter { !isKey.contains($0.key) }
         switch change.kind {
         case .insert:
             guard !live else { return conflict }
@@ -339,11 +423,12 @@ public struct ServerRules: Sendable {
             // (see `Write.tombstoneNames`).
             var fields: [String: Value] = keepsNull ? row.fields.mapValues { _ in .null } : [:]
             for f in config?.fields ?? [] where !isKey.contains(f.name) { fields[f.name] = f.default }
-            fields.merge(nonKey) { $1 }
-            row = StoredRow(fields: fields.filter { keepsNull || !$0.value.isNull })
+            for (f, v) in change.values where !isKey.contains(f) { fields[f] = v }
+            if !keepsNull && fields.values.contains(where: \.isNull) { fields = fields.filter { !$0.value.isNull } }
+            row = StoredRow(fields: fields)
         case .update:
             guard live, matches(change.originals) else { return conflict }
-            for (f, v) in nonKey {
+            for (f, v) in change.values where !isKey.contains(f) {
                 // Not `fields[f] = … ? nil : v`: `Value` is `ExpressibleByNilLiteral`, so that
                 // `nil` would be stored as `.null` rather than remove the field.
                 if v.isNull && !keepsNull { row.fields.removeValue(forKey: f) } else { row.fields[f] = v }
@@ -358,7 +443,7 @@ public struct ServerRules: Sendable {
             guard matches(change.originals), unnamedAreNull else { return conflict }
             row = StoredRow(fields: keepsNull ? row.fields.mapValues { _ in .null } : [:], deleted: true)
         }
-        if change.kind != .delete { row.fields.merge(serverValues) { $1 } }
+        if change.kind != .delete && !serverValues.isEmpty { row.fields.merge(serverValues) { $1 } }
         state[id] = row
         var write = Write(id: id, fields: row.deleted ? nil : row.fields, result: out.results.count)
         if row.deleted { write.tombstoneNames = row.fields.keys.sorted() }
