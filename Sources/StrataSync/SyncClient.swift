@@ -385,7 +385,9 @@ public final class SyncClient: Sendable {
             let conflicting = order.filter { Self.outcome(fields[$0]).isConflict }.map { fields[$0].field }
             conflict = MergeReport.ConflictRecord(table: table, key: key, kind: .fields, fields: conflicting, resolution: resolution.kind, policy: policy.kind)
         }
-        report.record(order.lazy.map { Self.outcome(fields[$0]) }, conflict: conflict)
+        // Counted one by one: a lazy map over `order` allocated its closure's context per row.
+        for i in order { report.count(Self.outcome(fields[i])) }
+        if let conflict { report.conflicts.append(conflict) }
         return true
     }
 
@@ -404,7 +406,7 @@ public final class SyncClient: Sendable {
         }
         // An insertion sort: a row's decisions are a handful, most often one.
         order.removeAll(keepingCapacity: true)
-        order.append(contentsOf: fields.indices)
+        for i in fields.indices { order.append(i) }  // one or two: cheaper than the generic append
         for i in order.indices.dropFirst() {
             var j = i
             while j > 0 && before(order[j], order[j - 1]) {

@@ -115,7 +115,7 @@ extension Transaction {
         decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
         annotation: (ServerFieldValues, inout [UInt8]) throws -> Void
     ) throws -> ServerMergeResult {
-        try encodeKey(key, t)
+        try encodeKey(key, t, oneIntKey: ref.oneIntKey)
         let stored = try storedRow()
         guard stored != nil || newRows else { return .needsMerge }
         let isNewRow = stored == nil

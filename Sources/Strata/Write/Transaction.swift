@@ -599,8 +599,8 @@ public final class Transaction {
         return RowKey(values)
     }
 
-    func encodeKey(_ key: RowKey, _ t: TableInfo) throws(StrataError) {
-        try t.encodeKey(key, into: &keyBuf)
+    func encodeKey(_ key: RowKey, _ t: TableInfo, oneIntKey: Bool? = nil) throws(StrataError) {
+        try t.encodeKey(key, into: &keyBuf, oneIntKey: oneIntKey)
     }
 
     /// Encodes the non-key fields into `valBuf`/`newValues`, sorted by field id. Returns the
@@ -687,9 +687,12 @@ final class TableRef {
     /// stored record checks after its decisions, worked out once per table rather than from
     /// each definition (a copy of each) per row.
     let requiredFieldIDs: [Int]
+    /// ``TableInfo/hasOneIntKey``, worked out once.
+    let oneIntKey: Bool
 
     init(_ info: TableInfo) {
         self.info = info
+        oneIntKey = info.hasOneIntKey
         requiredFieldIDs = info.definitions.indices.filter { id in
             guard let def = info.definitions[id] else { return false }
             return !def.isNullable && !info.isKeyField(id) && !info.dropped.contains(id)
