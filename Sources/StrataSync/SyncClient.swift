@@ -222,6 +222,9 @@ public final class SyncClient: Sendable {
         let keyFields = ExactNames(schema.primaryKey)
         var seen = ListedKeys(minimumCapacity: delta.upserts.count + delta.deletes.count)
         var order: [Int] = []  // `mergeOnRecord`'s, reused
+        let encodedAnchor = MergeAudit.encodedAnchor(anchor)  // once per delta, not per audit
+        // Which key fields take an int as a double (`stored`): looked up once, not per row.
+        let keyIsDouble = schema.primaryKey.map { schema.field($0)?.type == .double }
         func context(_ key: RowKey) -> String { "the delta's row \(key) of table '\(delta.table)'" }
 
         for (index, row) in delta.upserts.enumerated() {
@@ -233,16 +236,19 @@ public final class SyncClient: Sendable {
                 continue
             }
             do {
-                func keyValue(_ k: String) throws(StrataError) -> Value {
+                func keyValue(_ i: Int) throws(StrataError) -> Value {
+                    let k = schema.primaryKey[i]
                     guard let v = row.fields[exactly: k], !v.isNull else {
                         throw StrataError(.missingField, "row \(index) of table '\(delta.table)' in the delta lacks its key field '\(k)'")
                     }
-                    return stored(v, k, schema)
+                    // As `stored` converts it, with the field's type found once per table.
+                    if case .int(let n) = v, keyIsDouble[i] { return .double(Double(n)) }
+                    return v
                 }
                 // A key of one field, the most common, makes its array in one allocation.
                 let key = schema.primaryKey.count == 1
-                    ? RowKey(try keyValue(schema.primaryKey[0]))
-                    : RowKey(try schema.primaryKey.map { (k) throws(StrataError) in try keyValue(k) })
+                    ? RowKey(try keyValue(0))
+                    : RowKey(try schema.primaryKey.indices.map { (i) throws(StrataError) in try keyValue(i) })
                 guard seen.insert(key) else {
                     throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
                 }
@@ -253,7 +259,7 @@ public final class SyncClient: Sendable {
                 // A row new to the device goes this way too, unless a batch in flight inserts
                 // rows: the field-by-field merge notes what comes under their keys.
                 if mergesOnRecords, try mergeOnRecord(
-                    row, table: delta.table, key: key, anchor: anchor, policy: policy, newRows: notes.carried.isEmpty, tx: tx, order: &order, report: &report
+                    row, table: delta.table, key: key, anchor: encodedAnchor, policy: policy, newRows: notes.carried.isEmpty, tx: tx, order: &order, report: &report
                 ) { continue }
                 if schema.mode == .fixed {
                     for name in row.fields.keys where !keyFields.contains(name) && schema.field(name) == nil {
@@ -340,46 +346,27 @@ public final class SyncClient: Sendable {
     /// delete, conflicted, or meets a conflict its policy decides by
     /// looking at it: the caller merges it field by field.
     private func mergeOnRecord(
-        _ row: ServerRow, table: String, key: RowKey, anchor: String, policy: ConflictPolicy, newRows: Bool, tx: Transaction,
+        _ row: ServerRow, table: String, key: RowKey, anchor: [UInt8], policy: ConflictPolicy, newRows: Bool, tx: Transaction,
         order: inout [Int], report: inout MergeReport
     ) throws -> Bool {
         let resolution = MergeRules.fixedResolution(policy)
-        var conflict: MergeReport.ConflictRecord? = nil
-        // `order` is the caller's, kept from row to row: one allocation per delta, not per row.
-        func decide(_ fields: [Transaction.ServerFieldDecision]) {
-            func outcome(_ i: Int) -> FieldDecision.Outcome { FieldDecision.Outcome(rawValue: fields[i].tag)! }
-            // The audit's order, as the field-by-field merge records it: the fields decided by
-            // the rules by name, then the conflicting ones by name.
-            func before(_ a: Int, _ b: Int) -> Bool {
-                outcome(a).isConflict != outcome(b).isConflict ? !outcome(a).isConflict : fields[a].field < fields[b].field
-            }
-            // An insertion sort: a row's decisions are a handful, most often one.
-            order.removeAll(keepingCapacity: true)
-            order.append(contentsOf: fields.indices)
-            for i in order.indices.dropFirst() {
-                var j = i
-                while j > 0 && before(order[j], order[j - 1]) {
-                    order.swapAt(j, j - 1)
-                    j -= 1
-                }
-            }
-            if let resolution, order.contains(where: { outcome($0).isConflict }) {
-                let conflicting = order.filter { outcome($0).isConflict }.map { fields[$0].field }
-                conflict = MergeReport.ConflictRecord(table: table, key: key, kind: .fields, fields: conflicting, resolution: resolution.kind, policy: policy.kind)
-            }
-            report.record(order.lazy.map(outcome), conflict: conflict)
-        }
+        // The closures below only sort `order` and write the audit: the report is written
+        // after the merge returns. A variable that a closure or local function captures and
+        // changes cost a dynamic exclusivity check at each access (about 75 instructions,
+        // three times per row).
         let result = try tx.mergeServerValues(table, key: key, row.fields, kind: .serverChange, newRows: newRows) {
             MergeRules.onRecord($0, resolution: resolution)
-        } annotation: { values in
-            decide(values.decisions)
+        } annotation: { values, b in
+            let fields = values.decisions
+            Self.sortDecisions(fields, into: &order)
+            let conflicted = resolution != nil && order.contains { Self.outcome(fields[$0]).isConflict }
             // Written from the record's bytes: the values are never decoded.
-            return MergeAudit.encode(
-                anchor: anchor, serverVersion: row.version, conflict: conflict?.kind, resolution: conflict?.resolution,
-                policy: conflict?.policy, decisions: order.count
-            ) { n, b in
-                let i = order[n]
-                let d = values.decisions[i]
+            MergeAudit.appendStart(
+                anchor: anchor, serverVersion: row.version, conflict: conflicted ? .fields : nil, resolution: conflicted ? resolution?.kind : nil,
+                policy: conflicted ? policy.kind : nil, decisions: order.count, to: &b
+            )
+            for i in order {
+                let d = fields[i]
                 MergeAudit.appendField(d.field, outcome: d.tag, to: &b)
                 b.append(1)  // a base: only a local insert has none, and it never comes here
                 b.append(contentsOf: values.base(i))
@@ -391,9 +378,42 @@ public final class SyncClient: Sendable {
         if logged {
             report.rowsApplied += 1
         } else {
-            decide(fields)
+            Self.sortDecisions(fields, into: &order)
         }
+        var conflict: MergeReport.ConflictRecord? = nil
+        if let resolution, order.contains(where: { Self.outcome(fields[$0]).isConflict }) {
+            let conflicting = order.filter { Self.outcome(fields[$0]).isConflict }.map { fields[$0].field }
+            conflict = MergeReport.ConflictRecord(table: table, key: key, kind: .fields, fields: conflicting, resolution: resolution.kind, policy: policy.kind)
+        }
+        // Counted one by one: a lazy map over `order` allocated its closure's context per row.
+        for i in order { report.count(Self.outcome(fields[i])) }
+        if let conflict { report.conflicts.append(conflict) }
         return true
+    }
+
+    /// The outcome a decision of `mergeOnRecord` was tagged with.
+    private static func outcome(_ d: Transaction.ServerFieldDecision) -> FieldDecision.Outcome {
+        FieldDecision.Outcome(rawValue: d.tag)!
+    }
+
+    /// Puts into `order` the indices of `fields` in the audit's order, as the field-by-field
+    /// merge records its decisions: the fields decided by the rules by name, then the
+    /// conflicting ones by name. `order` is the caller's, kept from row to row: one allocation
+    /// per delta, not per row.
+    private static func sortDecisions(_ fields: [Transaction.ServerFieldDecision], into order: inout [Int]) {
+        func before(_ a: Int, _ b: Int) -> Bool {
+            outcome(fields[a]).isConflict != outcome(fields[b]).isConflict ? !outcome(fields[a]).isConflict : fields[a].field < fields[b].field
+        }
+        // An insertion sort: a row's decisions are a handful, most often one.
+        order.removeAll(keepingCapacity: true)
+        for i in fields.indices { order.append(i) }  // one or two: cheaper than the generic append
+        for i in order.indices.dropFirst() {
+            var j = i
+            while j > 0 && before(order[j], order[j - 1]) {
+                order.swapAt(j, j - 1)
+                j -= 1
+            }
+        }
     }
 
     private func apply(

@@ -104,7 +104,7 @@ import Testing
         ("revertAll", { _ = try $0.revertAll("tasks") }),
         ("acknowledge", { try $0.acknowledge("tasks", key: 2) }),
         ("mergeServerValues", { tx in
-            _ = try tx.mergeServerValues("tasks", key: 1, ["notes": "server"], kind: .serverChange, decide: { _ in (.takeServer, 1) }) { _ in [] }
+            _ = try tx.mergeServerValues("tasks", key: 1, ["notes": "server"], kind: .serverChange, decide: { _ in (.takeServer, 1) }) { _, _ in }
         }),
         ("snapshot", { _ = try $0.snapshot }),
         ("row", { _ = try $0.row("tasks", key: 1) }),

@@ -51,9 +51,9 @@ import Testing
             let before = try store.read { try $0.lastLSN }
             var seen: [Seen] = []
             let result = try store.write { tx in
-                try tx.mergeServerValues("tasks", key: 1, ["id": 1, "title": "t", "priority": 5, "updated": 2, "notes": .null], kind: .serverChange, decide: Self.takeChanges) {
-                    seen = try Self.seen($0)
-                    return [42]
+                try tx.mergeServerValues("tasks", key: 1, ["id": 1, "title": "t", "priority": 5, "updated": 2, "notes": .null], kind: .serverChange, decide: Self.takeChanges) { values, audit in
+                    seen = try Self.seen(values)
+                    audit.append(42)
                 }
             }
             // Field order; the int given for a double field is stored as a double.
@@ -91,9 +91,9 @@ import Testing
                     try tx.mergeServerValues("tasks", key: 2, ["title": "s", "priority": 0], kind: .serverChange) { s in
                         sides.append(s)
                         return (c.0, 7)
-                    } annotation: {
-                        seen = try Self.seen($0)
-                        return [1]
+                    } annotation: { values, audit in
+                        seen = try Self.seen(values)
+                        audit.append(1)
                     }
                 }
                 // Field order: title, then priority (unchanged on both sides).
@@ -125,18 +125,18 @@ import Testing
             let before = try store.read { try $0.lastLSN }
             let results = try store.write { tx in
                 [
-                    try tx.mergeServerValues("tasks", key: 1, ["title": "t", "notes": "n", "updated": .null], kind: .serverChange, decide: Self.takeChanges) { _ in [1] },
-                    try tx.mergeServerValues("tasks", key: 4, ["priority": 1], kind: .serverChange, decide: Self.takeChanges) { _ in [1] },  // a local insert
-                    try tx.mergeServerValues("tasks", key: 9, ["priority": 1], kind: .serverChange, decide: Self.takeChanges) { _ in [1] },  // no row
-                    try tx.mergeServerValues("tasks", key: 3, ["colour": 1], kind: .serverChange, decide: Self.takeChanges) { _ in [1] },  // no such field
-                    try tx.mergeServerValues("tasks", key: 3, ["priority": 1], kind: .serverChange, decide: { _ in nil }) { _ in [1] },  // left to the caller
+                    try tx.mergeServerValues("tasks", key: 1, ["title": "t", "notes": "n", "updated": .null], kind: .serverChange, decide: Self.takeChanges) { _, audit in audit.append(1) },
+                    try tx.mergeServerValues("tasks", key: 4, ["priority": 1], kind: .serverChange, decide: Self.takeChanges) { _, audit in audit.append(1) },  // a local insert
+                    try tx.mergeServerValues("tasks", key: 9, ["priority": 1], kind: .serverChange, decide: Self.takeChanges) { _, audit in audit.append(1) },  // no row
+                    try tx.mergeServerValues("tasks", key: 3, ["colour": 1], kind: .serverChange, decide: Self.takeChanges) { _, audit in audit.append(1) },  // no such field
+                    try tx.mergeServerValues("tasks", key: 3, ["priority": 1], kind: .serverChange, decide: { _ in nil }) { _, audit in audit.append(1) },  // left to the caller
                     // A pending required field the server clears: taking it would leave it null.
-                    try tx.mergeServerValues("tasks", key: 2, ["title": .null, "priority": 3], kind: .serverChange, decide: { _ in (.takeServer, 1) }) { _ in [1] },
+                    try tx.mergeServerValues("tasks", key: 2, ["title": .null, "priority": 3], kind: .serverChange, decide: { _ in (.takeServer, 1) }) { _, audit in audit.append(1) },
                 ]
             }
             #expect(results == [.merged([], logged: false), .needsMerge, .needsMerge, .needsMerge, .needsMerge, .needsMerge])
             try store.write { tx in try tx.delete("tasks", key: 3) }
-            #expect(try store.write { tx in try tx.mergeServerValues("tasks", key: 3, ["priority": 1], kind: .serverChange, decide: Self.takeChanges) { _ in [] } } == .needsMerge)
+            #expect(try store.write { tx in try tx.mergeServerValues("tasks", key: 3, ["priority": 1], kind: .serverChange, decide: Self.takeChanges) { _, _ in } } == .needsMerge)
             #expect(try store.read { try $0.lastLSN } == before + 1)
             #expect(try store.read { try $0.row("tasks", key: 2)?["priority"] } == 0)
         }
@@ -148,18 +148,18 @@ import Testing
             struct Refused: Error {}
             try store.write { tx in
                 #expect(throws: StrataError.self) {
-                    try tx.mergeServerValues("tasks", key: 1, ["priority": "high"], kind: .serverChange, decide: Self.takeChanges) { _ in [] }
+                    try tx.mergeServerValues("tasks", key: 1, ["priority": "high"], kind: .serverChange, decide: Self.takeChanges) { _, _ in }
                 }
                 // A null for a required field of a row with nothing pending.
                 let e = #expect(throws: StrataError.self) {
-                    try tx.mergeServerValues("tasks", key: 1, ["title": .null], kind: .serverChange, decide: Self.takeChanges) { _ in [] }
+                    try tx.mergeServerValues("tasks", key: 1, ["title": .null], kind: .serverChange, decide: Self.takeChanges) { _, _ in }
                 }
                 #expect(e?.code == .nullNotAllowed)
                 #expect(throws: Refused.self) {
-                    try tx.mergeServerValues("tasks", key: 1, ["priority": 7], kind: .serverChange, decide: Self.takeChanges) { _ in throw Refused() }
+                    try tx.mergeServerValues("tasks", key: 1, ["priority": 7], kind: .serverChange, decide: Self.takeChanges) { _, _ in throw Refused() }
                 }
                 #expect(throws: StrataError.self) {
-                    try tx.mergeServerValues("lists", key: 1, ["priority": 7], kind: .serverChange, decide: Self.takeChanges) { _ in [] }
+                    try tx.mergeServerValues("lists", key: 1, ["priority": 7], kind: .serverChange, decide: Self.takeChanges) { _, _ in }
                 }
             }
             #expect(try store.read { try $0.lastLSN } == before)

@@ -27,14 +27,13 @@ extension TableInfo {
 
     /// Writes the `rows` key of `key` — table id, then the order-preserving key components —
     /// into `w`, checking the key against the primary key.
-    func encodeKey(_ key: RowKey, into w: inout ByteWriter) throws(StrataError) {
+    /// `oneIntKey` is ``hasOneIntKey``, when the caller worked it out once for many keys.
+    func encodeKey(_ key: RowKey, into w: inout ByteWriter, oneIntKey: Bool? = nil) throws(StrataError) {
         // One int under one int key field, most tables' key, is written here: the general
         // check takes each definition by copy and costs about 800 instructions per key. The
         // same bytes, and nothing that check would refuse: an int for an int field passes
         // `coerce` as it is, and its 13 bytes are within the key limit.
-        if keyFieldIDs.count == 1, key.values.count == 1, case .int(let i) = key.values[0],
-            definitions[keyFieldIDs[0]]?.type == .int
-        {
+        if key.values.count == 1, case .int(let i) = key.values[0], oneIntKey ?? hasOneIntKey {
             w.reset()
             w.appendBigEndian(id)
             KeyCodec.append(.int(i), to: &w)
@@ -44,6 +43,10 @@ extension TableInfo {
         let definitions = self.definitions
         try RowRule.encodeKey(key, of: schema, tableID: id, definitions: keyFieldIDs.lazy.map { definitions[$0]! }, into: &w)
     }
+
+    /// Whether the primary key is one field of type int. (Its definition is copied to find
+    /// out: about 150 instructions, which a merge of many rows spends once.)
+    var hasOneIntKey: Bool { keyFieldIDs.count == 1 && definitions[keyFieldIDs[0]]?.type == .int }
 
     /// Decodes the row key from a `rows` key (table id included).
     func decodeKey(_ rowsKey: UnsafeRawBufferPointer) throws(StrataError) -> RowKey {

@@ -24,7 +24,18 @@ struct ByteWriter {
     mutating func append(_ array: [UInt8]) { bytes.append(contentsOf: array) }
 
     /// LEB128: seven bits a byte, low bits first.
+    @inline(__always)
     mutating func appendVarint(_ value: UInt64) {
+        // Most varints are one byte (field ids, lengths, small ints): written without the loop
+        // or a call (about 85 instructions a varint through the call).
+        if value < 0x80 {
+            bytes.append(UInt8(value))
+            return
+        }
+        appendLongVarint(value)
+    }
+
+    private mutating func appendLongVarint(_ value: UInt64) {
         var v = value
         while v >= 0x80 {
             bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
@@ -79,6 +90,9 @@ struct ByteReader {
         StrataError(.corruptRecord, "a stored record is damaged: \(what) at byte \(offset) of \(buffer.count)")
     }
 
+    /// Inlined: every field entry and value reads its tag through it (a call cost about 25
+    /// instructions, a million times in a merge of 100,000 server rows).
+    @inline(__always)
     mutating func byte() throws(StrataError) -> UInt8 {
         guard offset < buffer.count else { throw corrupt("unexpected end") }
         defer { offset += 1 }

@@ -89,8 +89,8 @@ extension Transaction {
     /// current and server values compare, and returns what happens to the field and a tag to
     /// record it under (0: nothing to record), or `nil` to leave the whole row to the caller.
     /// `annotation` is called once, only when some field changes, with the recorded
-    /// decisions and their values as the record holds them (lent for the call), and its bytes
-    /// are stored with the operation.
+    /// decisions and their values as the record holds them (lent for the call); the bytes it
+    /// appends to the array it is given (empty, lent for the call) are stored with the operation.
     ///
     /// Values are compared by their canonical encoding, as edits compare them.
     ///
@@ -102,10 +102,20 @@ extension Transaction {
     package func mergeServerValues(
         _ table: String, key: RowKey, _ values: [String: Value], kind: LogEntry.Kind, newRows: Bool = false,
         decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
-        annotation: (ServerFieldValues) throws -> [UInt8]
+        annotation: (ServerFieldValues, inout [UInt8]) throws -> Void
     ) throws -> ServerMergeResult {
-        let t = try tableRef(named: table).info
-        try encodeKey(key, t)
+        let ref = try tableRef(named: table)
+        // The table lent from its box for the whole merge, not copied (see `TableRef.info`).
+        return try mergeServerValues(&ref.info, ref, key: key, values, kind: kind, newRows: newRows, decide: decide, annotation: annotation)
+    }
+
+    /// The merge, on the table `t` (`ref.info`, lent `inout` and never changed).
+    private func mergeServerValues(
+        _ t: inout TableInfo, _ ref: TableRef, key: RowKey, _ values: [String: Value], kind: LogEntry.Kind, newRows: Bool,
+        decide: (ServerFieldSides) -> (action: ServerFieldAction, tag: UInt8)?,
+        annotation: (ServerFieldValues, inout [UInt8]) throws -> Void
+    ) throws -> ServerMergeResult {
+        try encodeKey(key, t, oneIntKey: ref.oneIntKey)
         let stored = try storedRow()
         guard stored != nil || newRows else { return .needsMerge }
         let isNewRow = stored == nil
@@ -121,10 +131,13 @@ extension Transaction {
         }
         valBuf.reset()
         newValues.removeAll(keepingCapacity: true)
-        // Every name is resolved before any value is admitted: a field the table lacks leaves
-        // the row to the caller, which refuses it, whatever else is wrong with the row.
+        // Every name is resolved before a refused value counts: a field the table lacks leaves
+        // the row to the caller, which refuses it, whatever else is wrong with the row. One pass
+        // over the dictionary (its iteration costs about 200 instructions a row): the first
+        // refusal is held until every name has resolved.
         fieldIDs.removeAll(keepingCapacity: true)
-        for name in values.keys {
+        var refusal: StrataError? = nil
+        for (name, value) in values {
             guard let id = t.fieldID(name) else {
                 // A name the table has in another Unicode form is refused here, before a merge
                 // on `[String: Value]` could take it for the table's form.
@@ -132,21 +145,22 @@ extension Transaction {
                 return .needsMerge
             }
             fieldIDs.append(id)
+            if refusal != nil || t.isKeyField(id) { continue }
+            do {
+                let v = try t.admit(value, field: id, name: name, nullable: hasPending ? true : nil)
+                let start = valBuf.count
+                valBuf.appendValue(v)
+                newValues.append(NewValue(id: id, range: start..<valBuf.count))
+            } catch {
+                refusal = error
+            }
         }
         if isNewRow {
             for (id, def) in t.definitions.enumerated() where def != nil && !t.isKeyField(id) && !t.dropped.contains(id) {
                 if !fieldIDs.contains(id) { return .needsMerge }
             }
         }
-        // A dictionary not changed in between iterates in the same order.
-        for (i, (name, value)) in values.enumerated() {
-            let id = fieldIDs[i]
-            if t.isKeyField(id) { continue }
-            let v = try t.admit(value, field: id, name: name, nullable: hasPending ? true : nil)
-            let start = valBuf.count
-            valBuf.appendValue(v)
-            newValues.append(NewValue(id: id, range: start..<valBuf.count))
-        }
+        if let refusal { throw refusal }
         sortNewValues()
         // One pass over the stored entries and the server's values, both in field id order.
         decided.removeAll(keepingCapacity: true)
@@ -207,10 +221,7 @@ extension Transaction {
                 decided.append((n.id, stored?.original, stored?.current, n.range, changes ? action : .keep, tag))
             }
         }
-        for (fid, def) in t.definitions.enumerated() {
-            guard let def, !def.isNullable, !t.isKeyField(fid), !t.dropped.contains(fid) else { continue }
-            if !valued[fid] { return .needsMerge }
-        }
+        for fid in ref.requiredFieldIDs where !valued[fid] { return .needsMerge }
         // Into the transaction's buffers, kept from row to row: two arrays fewer to allocate per
         // row. The result lends them to the caller; a caller that kept one past the next merge
         // would only make the next row copy it.
@@ -229,8 +240,13 @@ extension Transaction {
             serverRanges = ranges
         }
         guard changed else { return .merged(decisions, logged: false) }
-        let audit = try valBuf.withUnsafeBytes { v in
-            try annotation(ServerFieldValues(decisions: decisions, record: old, values: v, ranges: ranges))
+        // Written into the transaction's buffer, kept from row to row, as the decisions are.
+        var audit = annotationBuf
+        annotationBuf = []
+        audit.removeAll(keepingCapacity: true)
+        defer { annotationBuf = audit }
+        try valBuf.withUnsafeBytes { v in
+            try annotation(ServerFieldValues(decisions: decisions, record: old, values: v, ranges: ranges), &audit)
         }
         // The scan above found whether the row is pending: flags it has none, so a dirty field
         // is what would make it so (`StoredRow.isPending`), and the fold need not scan again.

@@ -61,16 +61,32 @@ public struct MergeAudit: Sendable, Hashable {
         var b: [UInt8] = []
         // One allocation instead of one per doubling: most audits are a few dozen bytes.
         b.reserveCapacity(32 + anchor.utf8.count + (serverVersion?.utf8.count ?? 0) + count * 48)
-        b.append(Self.format)
+        appendStart(anchor: encodedAnchor(anchor), serverVersion: serverVersion, conflict: conflict, resolution: resolution, policy: policy, decisions: count, to: &b)
+        for i in 0..<count { decision(i, &b) }
+        return b
+    }
+
+    /// The anchor as ``appendStart(anchor:serverVersion:conflict:resolution:policy:decisions:to:)``
+    /// takes it: in the store's value encoding, made once per delta.
+    static func encodedAnchor(_ anchor: String) -> [UInt8] {
+        var b: [UInt8] = []
         ValueCoding.append(.string(anchor), to: &b)
+        return b
+    }
+
+    /// Appends the record's start, up to its `count` decisions, which the caller appends next.
+    static func appendStart(
+        anchor: [UInt8], serverVersion: String?, conflict: Conflict.Kind?, resolution: Resolution.Kind?, policy: ConflictPolicy.Kind?,
+        decisions count: Int, to b: inout [UInt8]
+    ) {
+        b.append(Self.format)
+        b.append(contentsOf: anchor)
         ValueCoding.append(serverVersion.map(Value.string) ?? .null, to: &b)
         b.append(conflict?.rawValue ?? 0)
         // Stored as their raw strings, as before the enums: existing stores' audits keep reading.
-        ValueCoding.append(resolution.map { .string($0.rawValue) } ?? .null, to: &b)
-        ValueCoding.append(policy.map { .string($0.rawValue) } ?? .null, to: &b)
+        if let resolution { ValueCoding.append(.string(resolution.rawValue), to: &b) } else { ValueCoding.append(.null, to: &b) }
+        if let policy { ValueCoding.append(.string(policy.rawValue), to: &b) } else { ValueCoding.append(.null, to: &b) }
         ValueCoding.appendVarint(UInt64(count), to: &b)
-        for i in 0..<count { decision(i, &b) }
-        return b
     }
 
     init(decoding b: [UInt8]) throws {

@@ -61,14 +61,17 @@ public struct MergeReport: Sendable, Hashable, CustomStringConvertible {
     }
 
     mutating func record(_ outcomes: some Sequence<FieldDecision.Outcome>, conflict: ConflictRecord?) {
-        for outcome in outcomes {
-            switch outcome {
-            case .takeServer: fieldsFromServer += 1
-            case .keepLocal: fieldsKeptLocal += 1
-            case .settled: fieldsSettled += 1
-            default: break
-            }
-        }
+        for outcome in outcomes { count(outcome) }
         if let conflict { conflicts.append(conflict) }
+    }
+
+    /// Counts one field decision.
+    mutating func count(_ outcome: FieldDecision.Outcome) {
+        switch outcome {
+        case .takeServer: fieldsFromServer += 1
+        case .keepLocal: fieldsKeptLocal += 1
+        case .settled: fieldsSettled += 1
+        default: break
+        }
     }
 }
