@@ -200,20 +200,30 @@ struct Database: Sendable {
         // no string made per row.
         let names = tables.tables.map { Array($0.name.utf8) }
         var page = Page(body: [], until: until)
-        /// Adds the row whose table and key cells were read; returns its version.
-        func add(_ cells: inout Cells, _ tbl: ByteBuffer, _ key: ByteBuffer) throws -> Int64 {
-            let fields = try cells.nextBytes(), deleted = try cells.next(Bool.self), version = try cells.next(Int64.self), stamp = try cells.next(Double.self)
-            // A table since dropped from the tables file is not served.
-            guard let i = tbl.withUnsafeReadableBytes({ t in names.firstIndex { $0.elementsEqual(t) } }) else { return version }
-            try key.withUnsafeReadableBytes { k in
-                if deleted {
-                    try writer.delete(table: i, key: k)
-                } else {
-                    guard let fields else { throw RequestError(500, "internal", "a stored row of table '\(tables.tables[i].name)' has no fields") }
-                    try fields.withUnsafeReadableBytes { f in try writer.upsert(table: i, key: k, fields: f, version: version, timestamp: stamp) }
+        /// Adds the rows of a query's result, up to `limit` (a row past it says there are more);
+        /// returns the table, key and version of the last row added.
+        func add(_ rows: PostgresRowSequence) async throws -> (table: ByteBuffer, key: ByteBuffer, version: Int64)? {
+            var count = 0
+            var last: (table: ByteBuffer, key: ByteBuffer, version: Int64)?
+            for try await row in rows {
+                count += 1
+                if count > limit { page.more = true; continue }
+                var cells = Cells(row)
+                let tbl = try cells.nextBytes() ?? ByteBuffer(), key = try cells.nextBytes() ?? ByteBuffer()
+                let fields = try cells.nextBytes(), deleted = try cells.next(Bool.self), version = try cells.next(Int64.self), stamp = try cells.next(Double.self)
+                last = (tbl, key, version)
+                // A table since dropped from the tables file is not served.
+                guard let i = tbl.withUnsafeReadableBytes({ t in names.firstIndex { $0.elementsEqual(t) } }) else { continue }
+                try key.withUnsafeReadableBytes { k in
+                    if deleted {
+                        try writer.delete(table: i, key: k)
+                    } else {
+                        guard let fields else { throw RequestError(500, "internal", "a stored row of table '\(tables.tables[i].name)' has no fields") }
+                        try fields.withUnsafeReadableBytes { f in try writer.upsert(table: i, key: k, fields: f, version: version, timestamp: stamp) }
+                    }
                 }
             }
-            return version
+            return last
         }
 
         if let since {
@@ -228,18 +238,9 @@ struct Database: Sendable {
                 SELECT tbl, key, fields, deleted, version, extract(epoch FROM updated_at)::float8 FROM strata_rows
                 WHERE version > \(after) AND version <= \(until) ORDER BY version LIMIT \(limit + 1)
                 """, logger: logger)
-            var count = 0
-            var anchor = String(until)
-            var lastVersion: Int64?
-            for try await row in rows {
-                count += 1
-                if count > limit { page.more = true; continue }
-                var cells = Cells(row)
-                let (tbl, key) = (try cells.nextBytes() ?? ByteBuffer(), try cells.nextBytes() ?? ByteBuffer())
-                lastVersion = try add(&cells, tbl, key)
-            }
-            if let lastVersion { anchor = String(lastVersion) }
-            if !page.more { anchor = String(until) }
+            let last = try await add(rows)
+            // A page cut short ends at its last row's version; the last page at `until`.
+            let anchor = page.more ? String(last?.version ?? until) : String(until)
             page.body = writer.finish(since: since, anchor: anchor, mode: .incremental)
         } else {
             let (t, k) = after ?? ("", "")
@@ -247,18 +248,8 @@ struct Database: Sendable {
                 SELECT tbl, key, fields, deleted, version, extract(epoch FROM updated_at)::float8 FROM strata_rows
                 WHERE (tbl, key) > (\(t), \(k)) AND NOT deleted ORDER BY tbl, key LIMIT \(limit + 1)
                 """, logger: logger)
-            var count = 0
-            var last: (table: ByteBuffer, key: ByteBuffer)?
-            for try await row in rows {
-                count += 1
-                if count > limit { page.more = true; continue }
-                var cells = Cells(row)
-                let (tbl, key) = (try cells.nextBytes() ?? ByteBuffer(), try cells.nextBytes() ?? ByteBuffer())
-                _ = try add(&cells, tbl, key)
-                last = (tbl, key)
-            }
             // Where the next page starts: strings of the last row only.
-            if let last { page.after = (String(buffer: last.table), String(buffer: last.key)) }
+            if let last = try await add(rows) { page.after = (String(buffer: last.table), String(buffer: last.key)) }
             // A snapshot lists every table, so that a client deletes rows of a table now empty.
             page.body = writer.finish(since: nil, anchor: String(until), mode: .snapshot, listingEveryTable: true)
         }
