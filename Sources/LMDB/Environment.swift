@@ -383,6 +383,28 @@ public final class Environment: @unchecked Sendable {
         try check(mdb_env_copy2(handle, path, compact ? UInt32(MDB_CP_COMPACT) : 0), "mdb_env_copy2(\(path))")
     }
 
+    /// Takes the data file's pages out of this process's resident memory: `madvise(MADV_DONTNEED)`
+    /// over the part of the map the file backs. Returns whether it did (it does nothing where the
+    /// map's address is unknown: not Linux, see ``MapBounds``).
+    ///
+    /// For a bulk load, such as a first sync: every page a write reads on its way down the trees
+    /// stays mapped, so a process's resident size grows with the store even though its own memory
+    /// does not. Those pages are clean copies of the file (LMDB writes with `pwrite`, not through
+    /// the map), so dropping them loses nothing; the next read of one maps it again from the page
+    /// cache. Safe beside readers in other threads for the same reason, and under the resize lock
+    /// so that the map cannot move while this runs.
+    @discardableResult
+    package func releaseMappedPages() -> Bool {
+        let locked = lockSharedUnlessHeld()
+        defer { if locked { resizeLock.unlock() } }
+        guard !isClosed, bounds.base != 0, let map = UnsafeMutableRawPointer(bitPattern: bounds.base) else { return false }
+        var i = MDB_envinfo()
+        mdb_env_info(handle, &i)
+        let (pages, overflow) = i.me_last_pgno.multipliedReportingOverflow(by: pageSize)
+        let length = overflow ? Int(bounds.mapSize) : min(Int(bounds.mapSize), pages + pageSize)
+        return madvise(map, length, MADV_DONTNEED) == 0
+    }
+
     /// Statistics of the main database: page size, depth, page counts.
     package func stats() -> DatabaseStats {
         var s = MDB_stat()

@@ -251,6 +251,40 @@ private func be(_ i: UInt64) -> [UInt8] { withUnsafeBytes(of: i.bigEndian) { Arr
             #expect(try copy.read { try $0.get(be(42), in: copied).map(Array.init) } == be(42))
         }
     }
+
+    #if os(Linux)
+    /// A bulk load's pages leave the process's resident memory when asked, and every value reads
+    /// the same afterwards (they come back from the file).
+    @Test func releasedPagesLeaveResidentMemoryAndReadTheSame() throws {
+        try withEnvironment { env in
+            let db = try env.openDatabase("items")
+            let value = [UInt8](repeating: 7, count: 1000)
+            try env.write { txn in for i in UInt64(0)..<20_000 { try txn.put(be(i), value + be(i), in: db) } }
+            /// Reads every value, checking each: maps every page of the tree.
+            func readAll() throws -> Int {
+                try env.read { txn throws in
+                    try txn.withCursor(db) { c in
+                        var n = 0
+                        var e = try c.first()
+                        while let x = e {
+                            #expect(x.value.count == 1008 && x.value.suffix(8).elementsEqual(x.key) && x.value.first == 7)
+                            n += 1
+                            e = try c.next()
+                        }
+                        return n
+                    }
+                }
+            }
+            #expect(try readAll() == 20_000)
+            let before = try residentKiB(ofFileEndingIn: "/data.mdb")
+            #expect(before > 10_000, "20,000 values of 1 KB read through the map: about 20 MB resident, not \(before) KiB")
+            #expect(env.releaseMappedPages())
+            let after = try residentKiB(ofFileEndingIn: "/data.mdb")
+            #expect(after < 1_000, "after releasing: \(after) KiB of the file still resident (\(before) before)")
+            #expect(try readAll() == 20_000)
+        }
+    }
+    #endif
 }
 
 /// `LMDBError.ResultCode`: real LMDB failures come out as codes that can be compared, switched
@@ -289,6 +323,7 @@ private func be(_ i: UInt64) -> [UInt8] { withUnsafeBytes(of: i.bigEndian) { Arr
         #expect(LMDBError.ResultCode(rawValue: 12_345).description == "code 12345")
         #expect(LMDBError(.diskFull, operation: "mdb_put").code == ENOSPC)
     }
+
 }
 
 /// A write of `bytes` bytes under `key`, run on a thread of its own; `finish()` waits for it and
@@ -322,3 +357,23 @@ private final class Writer: @unchecked Sendable {
         try result.get()
     }
 }
+
+#if os(Linux)
+/// The resident KiB of this process's mappings of the file whose path ends in `suffix`
+/// (`/proc/self/smaps`).
+private func residentKiB(ofFileEndingIn suffix: String) throws -> Int {
+    var total = 0, inFile = false
+    // Read to the end: /proc files report a size of 0, which `String(contentsOfFile:)` believes.
+    guard let smaps = FileHandle(forReadingAtPath: "/proc/self/smaps") else { throw CocoaError(.fileReadNoPermission) }
+    defer { try? smaps.close() }
+    for line in String(decoding: smaps.readDataToEndOfFile(), as: UTF8.self).split(separator: "\n") {
+        let range = line.prefix { $0 != " " }
+        if range.contains("-"), range.allSatisfy({ $0 == "-" || $0.isHexDigit }) {   // "start-end perms … path"
+            inFile = line.hasSuffix(suffix)
+        } else if inFile, line.hasPrefix("Rss:") {
+            total += Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? 0
+        }
+    }
+    return total
+}
+#endif

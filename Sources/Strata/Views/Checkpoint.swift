@@ -121,10 +121,13 @@ extension Store {
 
     /// Checkpoints when the overlay holds more than `bytes` (a bound tighter than
     /// ``StoreOptions/overlayBudget``): a bulk load of rows nobody reads yet, such as a first
-    /// sync's pages, gains nothing from keeping them in memory.
+    /// sync's pages, gains nothing from keeping them in memory. After the checkpoint, the pages
+    /// of the file that the load's writes mapped leave the process's resident memory too
+    /// (`Environment.releaseMappedPages`), so that it stays flat however large the store grows.
     package func checkpoint(ifOverlayExceeds bytes: Int) throws(StrataError) {
         guard overlayBytes > bytes else { return }
         try strataErrors { try write { $0.requestCheckpoint() } }
+        env.releaseMappedPages()
     }
 
     /// The memory the overlay holds, as its budget counts it (entries, their tree's allowance,
