@@ -1,6 +1,7 @@
 import Foundation
 import Peers
 import Strata
+import StrataSync
 import StrataWorkload
 
 // One phase of Strata's side of `compare` at a time, on a store kept between runs, so that a
@@ -123,6 +124,22 @@ case "merge":
     let t0 = ContinuousClock.now
     _ = try peer.merge(work)
     print("merge alone", ContinuousClock.now - t0)
+case "decode":
+    // A client's decoding of pull pages: a page of 5,000 rows as strata-server writes them
+    // (strata-sync-bench's `tasks` rows), decoded `--edits` times.
+    var writer = DeltaPageWriter(tables: [DeltaPageWriter.Table(name: "tasks", keyFields: ["id"], fields: ["done", "notes", "priority", "title"])])
+    for i in 1...5000 {
+        try writer.upsert(table: 0, key: "[{\"int\":\(i)}]",
+                          fields: "{\"done\":{\"bool\":\(i % 2 == 0)},\"notes\":{\"string\":\"a note on task \(i)\"},\"priority\":{\"int\":\(i % 5)},\"title\":{\"string\":\"task number \(i)\"}}",
+                          version: Int64(i), timestamp: 1_700_000_000.5)
+    }
+    let page = Data(writer.finish(since: nil, anchor: "5000", mode: .snapshot))
+    let t0 = ContinuousClock.now
+    var rows = 0
+    for _ in 0..<max(1, edits / 5000) {
+        rows += try WireFormat.decode(ServerDelta.self, from: page).tables.reduce(0) { $0 + $1.upserts.count }
+    }
+    print("decoded \(rows) rows of \(page.count / 5000) bytes in", ContinuousClock.now - t0)
 case "single", "single-nosync":
     // compare's B = 1 phase: one edit per transaction, durable ("single") or not.
     let peer = try StrataPeer(folder: folder, durability: phase == "single" ? durability : .noSync)

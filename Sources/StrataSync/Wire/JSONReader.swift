@@ -24,6 +24,8 @@ struct JSONReader {
     private var depth = 0
     /// Unescaped string contents, when a string holds escapes.
     private var scratch: [UInt8] = []
+    /// What the codec keeps of the last field map read, for the next one (``WireCodec/fields(_:)``).
+    var fieldShape = FieldMapShape()
 
     /// The kind of the next value, from its first byte.
     enum Kind {
@@ -235,6 +237,17 @@ struct JSONReader {
     /// The text of a string read last.
     func string(_ key: Key) -> String {
         withBytes(of: key) { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// The text of a field name read last: the name of the next place in ``fieldShape``.
+    mutating func fieldName(_ key: Key) -> String {
+        if key.escaped {
+            // Rare: the unescaped bytes live in `scratch`, which `self` holds.
+            let unescaped = scratch
+            return unescaped.withUnsafeBytes { fieldShape.name($0) }
+        }
+        // The document's own bytes, borrowed for the reader's life: no closure over `self`.
+        return fieldShape.name(UnsafeRawBufferPointer(rebasing: bytes[key.start..<key.start + key.count]))
     }
 
     /// Reads a string value.

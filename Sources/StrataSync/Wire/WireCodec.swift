@@ -285,22 +285,19 @@ extension WireCodec {
     static func fields(_ r: inout JSONReader) throws(WireCodecError) -> [String: Value] {
         guard r.nextKind() == .object else { throw mismatch(r, objectType) }
         guard try r.beginObject() else { return [:] }
-        var out: [String: Value] = Dictionary(minimumCapacity: 8)
+        r.fieldShape.begin()
         repeat {
-            // Two statements: `r.string(try r.readKey())` would read the key from a copy of `r`
-            // taken before the key was read.
+            // Two statements: `r.withBytes(of: try r.readKey(), …)` would read the key from a copy
+            // of `r` taken before the key was read.
             let key = try r.readKey()
-            let name = r.string(key)
+            let name = r.fieldName(key)
             let v: Value
             do { v = try value(&r) } catch { throw error.at(.key(name)) }
-            if out.updateValue(v, forKey: name) != nil {
-                // `updateValue` keeps the key first read: the name's other Unicode form, if not
-                // the same bytes.
-                let held = out[out.index(forKey: name)!].key
-                throw held.sameBytes(name) ? duplicate(name) : WireCodecError("duplicate key '\(name)' (\(name.codePoints)): it differs from the key '\(held)' (\(held.codePoints)) only in Unicode form, and a row holds one of two such field names (Strata compares them by their bytes)")
-            }
+            r.fieldShape.value(v)
         } while try r.nextMember()
-        return out
+        return try r.fieldShape.finish { name, held in
+            held.sameBytes(name) ? duplicate(name) : WireCodecError("duplicate key '\(name)' (\(name.codePoints)): it differs from the key '\(held)' (\(held.codePoints)) only in Unicode form, and a row holds one of two such field names (Strata compares them by their bytes)")
+        }
     }
 
     /// `decodeIfPresent([String: Value].self, …)`: `null` is absent.
