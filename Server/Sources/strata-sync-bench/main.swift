@@ -117,13 +117,18 @@ struct Child {
         return pid
     }
 
-    /// Waits for `pid`, started at `start`, sampling its anonymous memory every 10 ms meanwhile.
+    /// Waits for `pid`, started at `start`, sampling its memory every 10 ms meanwhile.
+    ///
+    /// The peak resident memory is the child's own `VmHWM`, sampled, not `wait4`'s `ru_maxrss`:
+    /// `posix_spawn` starts the child in this process's memory (`vfork`), and Linux carries that
+    /// memory's peak into the child's `ru_maxrss` when it execs, so a child would report this
+    /// benchmark's own peak (its merge of N rows) when that is larger than its own.
     static func wait(_ pid: pid_t, since start: ContinuousClock.Instant) -> Child {
-        let peak = AnonPeak()
+        let peak = Peaks()
         let sampler = Thread {
-            // /proc/<pid>/status lasts until the process is reaped: a zombie shows no RssAnon.
-            while let kib = anonKiB(pid) {
-                peak.update(kib)
+            // /proc/<pid>/status lasts until the process is reaped: a zombie shows neither line.
+            while let (anon, hwm) = memoryKiB(pid) {
+                peak.update(anon: anon, resident: hwm)
                 usleep(10_000)
             }
         }
@@ -132,23 +137,28 @@ struct Child {
         var usage = rusage()
         _ = wait4(pid, &status, 0, &usage)
         let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
-        return Child(status: status, seconds: (ContinuousClock.now - start) / .seconds(1), maxRSSMiB: Double(usage.ru_maxrss) / 1024,
-                     maxAnonMiB: Double(peak.value) / 1024, cpuSeconds: cpu)
+        return Child(status: status, seconds: (ContinuousClock.now - start) / .seconds(1), maxRSSMiB: Double(peak.resident) / 1024,
+                     maxAnonMiB: Double(peak.anon) / 1024, cpuSeconds: cpu)
     }
 
-    /// The `RssAnon` of a live process, in KiB.
-    static func anonKiB(_ pid: pid_t) -> Int? {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("RssAnon:") }) else { return nil }
-        return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+    /// The `RssAnon` and `VmHWM` of a live process, in KiB.
+    static func memoryKiB(_ pid: pid_t) -> (anon: Int, hwm: Int)? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+        func kib(_ name: String) -> Int? {
+            text.split(separator: "\n").first { $0.hasPrefix(name) }
+                .flatMap { Int($0.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") }
+        }
+        guard let anon = kib("RssAnon:"), let hwm = kib("VmHWM:") else { return nil }
+        return (anon, hwm)
     }
 
-    /// The highest sample seen, shared with the sampling thread.
-    final class AnonPeak: @unchecked Sendable {   // `kib` is behind the lock
+    /// The highest samples seen, shared with the sampling thread.
+    final class Peaks: @unchecked Sendable {   // the values are behind the lock
         private let lock = NSLock()
-        private var kib = 0
-        func update(_ v: Int) { lock.withLock { kib = max(kib, v) } }
-        var value: Int { lock.withLock { kib } }
+        private var anonKiB = 0, residentKiB = 0
+        func update(anon: Int, resident: Int) { lock.withLock { anonKiB = max(anonKiB, anon); residentKiB = max(residentKiB, resident) } }
+        var anon: Int { lock.withLock { anonKiB } }
+        var resident: Int { lock.withLock { residentKiB } }
     }
 
     static func run(_ path: String, _ arguments: [String], stdout: String = "/dev/null") throws -> Child {
