@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Logging
 import PostgresNIO
@@ -125,12 +126,18 @@ struct Database: Sendable {
     // MARK: Tokens
 
     /// The client id a bearer token stands for, or `nil`.
+    ///
+    /// Looked up in PostgreSQL on every request, with no cache: a token deleted from
+    /// `strata_tokens` is refused from the next request on.
     func clientID(token: String) async throws -> String? {
-        let rows = try await client.query(
-            "SELECT client_id FROM strata_tokens WHERE token_sha256 = encode(sha256(convert_to(\(token), 'UTF8')), 'hex')",
-            logger: logger
-        ).collect()
-        return try rows.first?.decode(String.self)
+        var found: String?
+        // Every row is read (there is at most one): the pool takes the connection back when the
+        // rows end.
+        for try await row in try await client.execute(TokenLookup(hash: Self.tokenHash(token)), logger: logger) {
+            var cells = Cells(row)
+            found = try cells.next(String.self)
+        }
+        return found
     }
 
     /// Makes a new random token for `clientID`; only its hash is stored.
@@ -138,9 +145,30 @@ struct Database: Sendable {
         var rng = SystemRandomNumberGenerator()
         let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &rng)) }.joined()
         try await client.query(
-            "INSERT INTO strata_tokens (token_sha256, client_id) VALUES (encode(sha256(convert_to(\(token), 'UTF8')), 'hex'), \(clientID))",
+            "INSERT INTO strata_tokens (token_sha256, client_id) VALUES (\(Self.tokenHash(token)), \(clientID))",
             logger: logger)
         return token
+    }
+
+    /// What `strata_tokens` stores of a token: the SHA-256 of its UTF-8, in lowercase hex (as
+    /// PostgreSQL's `encode(sha256(convert_to(token, 'UTF8')), 'hex')` wrote it for the tokens
+    /// made before it was computed here). Hashed in the process, so that the lookup is a plain
+    /// index probe.
+    static func tokenHash(_ token: String) -> String {
+        hex(SHA256.hash(data: Data(token.utf8)))
+    }
+
+    /// The token lookup of ``clientID(token:)``.
+    private struct TokenLookup: PreparedRows {
+        static let name = "strata_token"
+        static let sql = "SELECT client_id FROM strata_tokens WHERE token_sha256 = $1"
+        var hash: String
+
+        func makeBindings() -> PostgresBindings {
+            var b = PostgresBindings(capacity: 1)
+            b.append(hash)
+            return b
+        }
     }
 
     // MARK: Changes
