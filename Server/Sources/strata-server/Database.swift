@@ -217,13 +217,14 @@ struct Database: Sendable {
         var last: (table: ByteBuffer, key: ByteBuffer, version: Int64)?
         var first = true
         for try await row in rows {
-            var cells = Cells(row)
             if first {
-                // Every row starts with the horizon and the latest committed version: versions
+                // Every row ends with the horizon and the latest committed version: versions
                 // commit in order (see `apply`), so every version up to the highest visible one
-                // is committed.
+                // is committed. Read from the first row only: the other rows' are never reached.
                 first = false
-                let horizon = try cells.next(Int64.self), upper = try cells.next(Int64.self)
+                var meta = Cells(row)
+                meta.skip(6)
+                let horizon = try meta.next(Int64.self), upper = try meta.next(Int64.self)
                 page.until = asked ?? upper
                 guard page.until <= upper else { throw RequestError.bad("'until' \(page.until) is ahead of the server (\(upper))") }
                 if let from, from > upper {
@@ -232,9 +233,8 @@ struct Database: Sendable {
                 if let from, from < horizon {
                     throw RequestError(410, "anchorExpired", "the anchor \(from) is older than the oldest this server keeps (\(horizon))")
                 }
-            } else {
-                cells.skip(2)
             }
+            var cells = Cells(row)
             // The statement answers one row of nulls when no row of data follows.
             guard let tbl = try cells.nextBytes() else { continue }
             count += 1
@@ -279,9 +279,10 @@ struct Database: Sendable {
           FROM (SELECT (SELECT value FROM strata_meta WHERE name = 'horizon')::bigint AS horizon) h)
         """
 
-    /// An incremental page (see ``changes(since:until:after:limit:)``): each row is the horizon
-    /// and `upper` (see `pageMeta`), then a row's table, key, fields, tombstone flag, version and
-    /// time of change, or nulls when no row of data follows.
+    /// An incremental page (see ``changes(since:until:after:limit:)``): each row is a row's
+    /// table, key, fields, tombstone flag, version and time of change (nulls when no row of data
+    /// follows), then the horizon and `upper` (see `pageMeta`). Last, so that the rows after
+    /// the first are read without passing over them (each cell passed costs the server retains).
     ///
     /// Rows are read only when the anchor is one the horizon still serves and `until` is not
     /// ahead of the server: a refused pull reads none. `$2` is `until` (null: the latest).
@@ -289,7 +290,7 @@ struct Database: Sendable {
         static let name = "strata_changes"
         static let sql = """
             WITH \(Database.pageMeta)
-            SELECT m.horizon, m.upper, r.tbl, r.key, r.fields, r.deleted, r.version, r.updated_at
+            SELECT r.tbl, r.key, r.fields, r.deleted, r.version, r.updated_at, m.horizon, m.upper
             FROM m LEFT JOIN LATERAL (
               SELECT tbl, key, fields, deleted, version, updated_at FROM strata_rows
               WHERE version > $1::bigint AND version <= coalesce($2::bigint, m.upper)
@@ -310,13 +311,13 @@ struct Database: Sendable {
     }
 
     /// A snapshot page (see ``changes(since:until:after:limit:)``): the live rows after
-    /// (`$1`, `$2`) in (table, key) order, each after the horizon and `upper`, as
+    /// (`$1`, `$2`) in (table, key) order, each followed by the horizon and `upper`, as
     /// ``ChangesSince`` answers them.
     private struct SnapshotPage: PreparedRows {
         static let name = "strata_snapshot"
         static let sql = """
             WITH \(Database.pageMeta)
-            SELECT m.horizon, m.upper, r.tbl, r.key, r.fields, r.deleted, r.version, r.updated_at
+            SELECT r.tbl, r.key, r.fields, r.deleted, r.version, r.updated_at, m.horizon, m.upper
             FROM m LEFT JOIN LATERAL (
               SELECT tbl, key, fields, deleted, version, updated_at FROM strata_rows
               WHERE (tbl, key) > ($1::text, $2::text) AND NOT deleted ORDER BY tbl, key LIMIT $3::bigint) r ON true
