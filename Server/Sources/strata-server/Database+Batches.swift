@@ -107,7 +107,7 @@ extension Database {
                     }
                     return try WireFormat.encode(ack)
                 }
-                let ack = try await decideAndWrite(batch, changes, stored, on: c)
+                let ack = try await decideAndWrite(batch, changes, stored.rows, stored.places, on: c)
                 try await c.run(Commit(), logger: logger)
                 return ack
             } catch {
@@ -119,7 +119,8 @@ extension Database {
 
     /// Step 1 of ``apply(_:)``: claims the batch id and, if it was free, locks every row the
     /// batch names (the rows the tables refuse are neither read nor written) in key order, and
-    /// reads them, tombstones included; `nil` when the id was taken.
+    /// reads them, tombstones included, with where each is stored (its `ctid`, as text); `nil`
+    /// when the id was taken.
     ///
     /// One statement: the claim is a data-modifying `WITH`, and the rows are locked in a
     /// `LATERAL` subquery that names the claimed id, so that it runs after the claim and only
@@ -128,29 +129,33 @@ extension Database {
     /// or look up. When none is found, the one row has nulls.
     private func claimAndLock(
         _ batch: Batch, _ digest: String, _ prepared: ServerRules.Prepared, on c: PostgresConnection
-    ) async throws -> [ServerRules.RowID: ServerRules.StoredRow]? {
+    ) async throws -> (rows: [ServerRules.RowID: ServerRules.StoredRow], places: [ServerRules.RowID: String])? {
         let named = prepared.rows
         let locked = try await c.execute(
             ClaimAndLock(id: batch.id, clientID: batch.clientID, digest: digest, tables: named.map(\.table), keys: named.map(\.keyText)),
             logger: logger)
         var claimed = false
         var stored: [ServerRules.RowID: ServerRules.StoredRow] = [:]
+        var places: [ServerRules.RowID: String] = [:]
         stored.reserveCapacity(named.count)
+        places.reserveCapacity(named.count)
         for try await row in locked {
             claimed = true
             var cells = Cells(row)
             guard let i = try cells.next(Int64?.self) else { continue }
-            let (fields, deleted) = (try cells.next(String.self), try cells.next(Bool.self))
-            stored[named[try Self.place(i, of: named.count)]] = ServerRules.StoredRow(
-                fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted)
+            let (fields, deleted, ctid) = (try cells.next(String.self), try cells.next(Bool.self), try cells.next(String.self))
+            let id = named[try Self.place(i, of: named.count)]
+            stored[id] = ServerRules.StoredRow(fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted)
+            places[id] = ctid
         }
-        return claimed ? stored : nil
+        return claimed ? (stored, places) : nil
     }
 
     /// Steps 1 (the parents and the keys) and 2 of ``apply(_:)``, after the rows were locked
-    /// and read (`stored`); returns the acknowledgement in the wire format.
+    /// and read (`stored`, stored at `places`); returns the acknowledgement in the wire format.
     private func decideAndWrite(
-        _ batch: Batch, _ prepared: ServerRules.Prepared, _ stored: [ServerRules.RowID: ServerRules.StoredRow], on c: PostgresConnection
+        _ batch: Batch, _ prepared: ServerRules.Prepared, _ stored: [ServerRules.RowID: ServerRules.StoredRow],
+        _ places: [ServerRules.RowID: String], on c: PostgresConnection
     ) async throws -> Data {
         // The parents that children in this batch name, as they are now (shared locks, so that
         // no batch deletes one before this one commits). A parent this batch itself inserts or
@@ -194,14 +199,21 @@ extension Database {
         func rows(_ ids: [ServerRules.RowID]) throws -> Write.Rows {
             Write.Rows(tables: ids.map(\.table), keys: ids.map(\.keyText), fields: try ids.map(encoded), deleted: ids.map { write($0).fields == nil })
         }
-        // Answers the places (in `new`, from 1) of the rows it did not insert (see `Write`).
+        // Answers the places (in `new`, from 1) of the rows it did not insert, and the count of
+        // rows it updated, negated (see `Write`).
         let refused = try await c.execute(
-            Write(updates: try rows(old), inserts: try rows(new), ack: String(decoding: text, as: UTF8.self), id: batch.id),
+            Write(places: old.map { places[$0]! }, updates: try rows(old), inserts: try rows(new), ack: String(decoding: text, as: UTF8.self), id: batch.id),
             logger: logger)
         var conflicts = false
         for try await row in refused {
             var cells = Cells(row)
-            let r = write(new[try Self.place(try cells.next(Int64.self), of: new.count)]).result
+            let i = try cells.next(Int64.self)
+            guard i > 0 else {
+                // Every row locked in step 1 is still where it was found: updated, all of them.
+                guard -i == old.count else { throw ServerError("batch \(batch.id): \(-i) of the \(old.count) rows locked were updated") }
+                continue
+            }
+            let r = write(new[try Self.place(i, of: new.count)]).result
             ack.results[r] = RowResult(table: ack.results[r].table, key: ack.results[r].key, status: .conflict)
             conflicts = true
         }
@@ -229,8 +241,8 @@ extension Database {
             WITH claim AS (
               INSERT INTO strata_batches (id, client_id, digest) VALUES ($1::text, $2::text, $3::text)
               ON CONFLICT (id) DO NOTHING RETURNING id)
-            SELECT l.i, l.fields, l.deleted FROM claim LEFT JOIN LATERAL (
-              SELECT u.i, r.fields, r.deleted
+            SELECT l.i, l.fields, l.deleted, l.ctid FROM claim LEFT JOIN LATERAL (
+              SELECT u.i, r.fields, r.deleted, r.ctid::text
               FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS u(t, k, i)
               JOIN strata_rows r ON r.tbl = u.t AND r.key = u.k
               WHERE claim.id IS NOT NULL
@@ -286,7 +298,14 @@ extension Database {
     /// so that it runs after the lock is held, the updates, the inserts, and the acknowledgement
     /// with its commit order. A row no transaction had when step 1 locked may have been inserted
     /// by a concurrent batch since: that insert wins, and ours is a conflict; the statement
-    /// answers with the places (in `inserts`, from 1) of the rows it did not insert.
+    /// answers with the places (in `inserts`, from 1) of the rows it did not insert, then the
+    /// number of rows it updated, negated.
+    ///
+    /// A row to update is found by where step 1 found it (`places`, its `ctid`), not by a second
+    /// descent of the primary key: step 1 holds its lock, so no other transaction can update,
+    /// delete or move it before this one commits (`VACUUM FULL` and `CLUSTER` wait for the
+    /// table's lock). Its table and key are still compared, and the count of rows updated is
+    /// checked by the caller, so a row not found there fails the batch instead of losing a write.
     private struct Write: PreparedRows {
         /// Rows to write, as four lists of one length.
         struct Rows {
@@ -298,20 +317,22 @@ extension Database {
         static let sql = """
             WITH v AS (SELECT pg_advisory_xact_lock(\(Database.versionLock))),
             up AS (UPDATE strata_rows r SET fields = u.f, deleted = u.d, version = nextval('strata_version'), updated_at = now()
-                   FROM v, unnest($1::text[], $2::text[], $3::text[], $4::bool[]) AS u(t, k, f, d)
-                   WHERE r.tbl = u.t AND r.key = u.k),
+                   FROM v, unnest($11::text[]::tid[], $1::text[], $2::text[], $3::text[], $4::bool[]) AS u(c, t, k, f, d)
+                   WHERE r.ctid = u.c AND r.tbl = u.t AND r.key = u.k RETURNING 1),
             n AS (SELECT u.* FROM v, unnest($5::text[], $6::text[], $7::text[], $8::bool[]) WITH ORDINALITY AS u(t, k, f, d, i)),
             ins AS (INSERT INTO strata_rows (tbl, key, fields, deleted, version)
                     SELECT t, k, f, d, nextval('strata_version') FROM n
                     ON CONFLICT (tbl, key) DO NOTHING RETURNING tbl, key),
             ack AS (UPDATE strata_batches SET ack = $9::text, seq = nextval('strata_batch_order') FROM v WHERE id = $10::text)
             SELECT n.i FROM n WHERE NOT EXISTS (SELECT FROM ins WHERE ins.tbl = n.t AND ins.key = n.k)
+            UNION ALL SELECT -count(*) FROM up
             """
+        var places: [String]
         var updates, inserts: Rows
         var ack, id: String
 
         func makeBindings() -> PostgresBindings {
-            var b = PostgresBindings(capacity: 10)
+            var b = PostgresBindings(capacity: 11)
             for rows in [updates, inserts] {
                 b.append(rows.tables)
                 b.append(rows.keys)
@@ -320,6 +341,7 @@ extension Database {
             }
             b.append(ack)
             b.append(id)
+            b.append(places)
             return b
         }
     }
