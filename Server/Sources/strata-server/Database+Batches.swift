@@ -283,7 +283,7 @@ extension Database {
 
     /// `$1` new server-assigned keys.
     private struct DrawKeys: PreparedRows {
-        static let name = "strata_keys"
+        static let name = "strata_draw_keys"
         static let sql = "SELECT nextval('strata_keys') FROM generate_series(1, $1::bigint)"
         var count: Int64
 
