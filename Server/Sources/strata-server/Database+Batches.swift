@@ -69,9 +69,12 @@ extension Database {
     /// - Throws: a 409 (`batchIDReused`, with `highestBatchNumber`: the highest number stored for
     ///   the client) when the stored batch carried another payload.
     private func storedAnswer(_ batch: Batch, digest: String, on c: PostgresConnection) async throws -> BatchAck? {
-        let stored = try await c.query("SELECT ack, digest FROM strata_batches WHERE id = \(batch.id)", logger: logger).collect()
-        guard let row = stored.first else { return nil }
-        let (text, storedDigest) = try row.decode((String?, String?).self)
+        var found: (ack: String?, digest: String?)?
+        for try await row in try await c.execute(StoredBatch(id: batch.id), logger: logger) {
+            var cells = Cells(row)
+            found = (try cells.next(String?.self), try cells.next(String?.self))
+        }
+        guard let (text, storedDigest) = found else { return nil }
         guard let text else { throw ServerError("batch \(batch.id) has no stored acknowledgement") }
         let ack = try WireFormat.decode(BatchAck.self, from: Data(text.utf8))
         // A batch stored before digests were kept (schema 2) can only be matched on the rows its
@@ -95,7 +98,7 @@ extension Database {
 
     private func applyOnce(_ batch: Batch, _ digest: String, _ changes: ServerRules.Prepared) async throws -> Data {
         try await client.withConnection { c in
-            try await c.query("BEGIN", logger: logger)
+            try await c.run(Begin(), logger: logger)
             do {
                 guard let stored = try await claimAndLock(batch, digest, changes, on: c) else {
                     try await c.query("ROLLBACK", logger: logger)
@@ -104,8 +107,8 @@ extension Database {
                     }
                     return try WireFormat.encode(ack)
                 }
-                let ack = try await decideAndWrite(batch, changes, stored, on: c)
-                try await c.query("COMMIT", logger: logger)
+                let ack = try await decideAndWrite(batch, changes, stored.rows, stored.places, on: c)
+                try await c.run(Commit(), logger: logger)
                 return ack
             } catch {
                 _ = try? await c.query("ROLLBACK", logger: logger)
@@ -116,7 +119,8 @@ extension Database {
 
     /// Step 1 of ``apply(_:)``: claims the batch id and, if it was free, locks every row the
     /// batch names (the rows the tables refuse are neither read nor written) in key order, and
-    /// reads them, tombstones included; `nil` when the id was taken.
+    /// reads them, tombstones included, with where each is stored (its `ctid`, as text); `nil`
+    /// when the id was taken.
     ///
     /// One statement: the claim is a data-modifying `WITH`, and the rows are locked in a
     /// `LATERAL` subquery that names the claimed id, so that it runs after the claim and only
@@ -125,37 +129,33 @@ extension Database {
     /// or look up. When none is found, the one row has nulls.
     private func claimAndLock(
         _ batch: Batch, _ digest: String, _ prepared: ServerRules.Prepared, on c: PostgresConnection
-    ) async throws -> [ServerRules.RowID: ServerRules.StoredRow]? {
+    ) async throws -> (rows: [ServerRules.RowID: ServerRules.StoredRow], places: [ServerRules.RowID: String])? {
         let named = prepared.rows
-        let locked = try await c.query("""
-            WITH claim AS (
-              INSERT INTO strata_batches (id, client_id, digest) VALUES (\(batch.id), \(batch.clientID), \(digest))
-              ON CONFLICT (id) DO NOTHING RETURNING id)
-            SELECT l.i, l.fields, l.deleted FROM claim LEFT JOIN LATERAL (
-              SELECT u.i, r.fields, r.deleted
-              FROM unnest(\(named.map(\.table))::text[], \(named.map(\.keyText))::text[]) WITH ORDINALITY AS u(t, k, i)
-              JOIN strata_rows r ON r.tbl = u.t AND r.key = u.k
-              WHERE claim.id IS NOT NULL
-              ORDER BY r.tbl, r.key FOR UPDATE OF r) l ON true
-            """, logger: logger)
+        let locked = try await c.execute(
+            ClaimAndLock(id: batch.id, clientID: batch.clientID, digest: digest, tables: named.map(\.table), keys: named.map(\.keyText)),
+            logger: logger)
         var claimed = false
         var stored: [ServerRules.RowID: ServerRules.StoredRow] = [:]
+        var places: [ServerRules.RowID: String] = [:]
         stored.reserveCapacity(named.count)
+        places.reserveCapacity(named.count)
         for try await row in locked {
             claimed = true
             var cells = Cells(row)
             guard let i = try cells.next(Int64?.self) else { continue }
-            let (fields, deleted) = (try cells.next(String.self), try cells.next(Bool.self))
-            stored[named[try Self.place(i, of: named.count)]] = ServerRules.StoredRow(
-                fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted)
+            let (fields, deleted, ctid) = (try cells.next(String.self), try cells.next(Bool.self), try cells.next(String.self))
+            let id = named[try Self.place(i, of: named.count)]
+            stored[id] = ServerRules.StoredRow(fields: try WireFormat.decode([String: Value].self, from: Data(fields.utf8)), deleted: deleted)
+            places[id] = ctid
         }
-        return claimed ? stored : nil
+        return claimed ? (stored, places) : nil
     }
 
     /// Steps 1 (the parents and the keys) and 2 of ``apply(_:)``, after the rows were locked
-    /// and read (`stored`); returns the acknowledgement in the wire format.
+    /// and read (`stored`, stored at `places`); returns the acknowledgement in the wire format.
     private func decideAndWrite(
-        _ batch: Batch, _ prepared: ServerRules.Prepared, _ stored: [ServerRules.RowID: ServerRules.StoredRow], on c: PostgresConnection
+        _ batch: Batch, _ prepared: ServerRules.Prepared, _ stored: [ServerRules.RowID: ServerRules.StoredRow],
+        _ places: [ServerRules.RowID: String], on c: PostgresConnection
     ) async throws -> Data {
         // The parents that children in this batch name, as they are now (shared locks, so that
         // no batch deletes one before this one commits). A parent this batch itself inserts or
@@ -163,11 +163,7 @@ extension Database {
         var liveParents = Set<ServerRules.RowID>()
         if !prepared.parents.isEmpty {
             let refs = prepared.parents
-            let found = try await c.query("""
-                SELECT u.i FROM unnest(\(refs.map(\.table))::text[], \(refs.map(\.keyText))::text[]) WITH ORDINALITY AS u(t, k, i)
-                JOIN strata_rows r ON r.tbl = u.t AND r.key = u.k
-                WHERE NOT r.deleted ORDER BY r.tbl, r.key FOR SHARE OF r
-                """, logger: logger)
+            let found = try await c.execute(LockParents(tables: refs.map(\.table), keys: refs.map(\.keyText)), logger: logger)
             for try await row in found {
                 var cells = Cells(row)
                 liveParents.insert(refs[try Self.place(try cells.next(Int64.self), of: refs.count)])
@@ -175,8 +171,10 @@ extension Database {
         }
         var keys: [Value] = []
         if prepared.keysToDraw > 0 {
-            let drawn = try await c.query("SELECT nextval('strata_keys') FROM generate_series(1, \(prepared.keysToDraw))", logger: logger)
-            for try await k in drawn.decode(Int64.self) { keys.append(.int(k)) }
+            for try await row in try await c.execute(DrawKeys(count: Int64(prepared.keysToDraw)), logger: logger) {
+                var cells = Cells(row)
+                keys.append(.int(try cells.next(Int64.self)))
+            }
             keys.sort { $0.intValue! < $1.intValue! }
         }
 
@@ -198,27 +196,24 @@ extension Database {
         }
         var ack = BatchAck(batchID: batch.id, results: results)
         var text = try WireFormat.encode(ack)
-        // One statement: the version lock (`v`), then, each joined to it so that it runs after
-        // the lock is held, the updates, the inserts and the acknowledgement with its commit
-        // order. A row no transaction had when we locked may have been inserted by a concurrent
-        // batch since: that insert wins, and ours is a conflict; the statement answers with the
-        // places (in `new`, from 1) of the rows it did not insert.
-        let refused = try await c.query("""
-            WITH v AS (SELECT pg_advisory_xact_lock(\(Self.versionLock))),
-            up AS (UPDATE strata_rows r SET fields = u.f, deleted = u.d, version = nextval('strata_version'), updated_at = now()
-                   FROM v, unnest(\(old.map(\.table))::text[], \(old.map(\.keyText))::text[], \(try old.map(encoded))::text[], \(old.map { write($0).fields == nil })::bool[]) AS u(t, k, f, d)
-                   WHERE r.tbl = u.t AND r.key = u.k),
-            n AS (SELECT u.* FROM v, unnest(\(new.map(\.table))::text[], \(new.map(\.keyText))::text[], \(try new.map(encoded))::text[], \(new.map { write($0).fields == nil })::bool[]) WITH ORDINALITY AS u(t, k, f, d, i)),
-            ins AS (INSERT INTO strata_rows (tbl, key, fields, deleted, version)
-                    SELECT t, k, f, d, nextval('strata_version') FROM n
-                    ON CONFLICT (tbl, key) DO NOTHING RETURNING tbl, key),
-            ack AS (UPDATE strata_batches SET ack = \(String(decoding: text, as: UTF8.self)), seq = nextval('strata_batch_order') FROM v WHERE id = \(batch.id))
-            SELECT n.i FROM n WHERE NOT EXISTS (SELECT FROM ins WHERE ins.tbl = n.t AND ins.key = n.k)
-            """, logger: logger)
+        func rows(_ ids: [ServerRules.RowID]) throws -> Write.Rows {
+            Write.Rows(tables: ids.map(\.table), keys: ids.map(\.keyText), fields: try ids.map(encoded), deleted: ids.map { write($0).fields == nil })
+        }
+        // Answers the places (in `new`, from 1) of the rows it did not insert, and the count of
+        // rows it updated, negated (see `Write`).
+        let refused = try await c.execute(
+            Write(places: old.map { places[$0]! }, updates: try rows(old), inserts: try rows(new), ack: String(decoding: text, as: UTF8.self), id: batch.id),
+            logger: logger)
         var conflicts = false
         for try await row in refused {
             var cells = Cells(row)
-            let r = write(new[try Self.place(try cells.next(Int64.self), of: new.count)]).result
+            let i = try cells.next(Int64.self)
+            guard i > 0 else {
+                // Every row locked in step 1 is still where it was found: updated, all of them.
+                guard -i == old.count else { throw ServerError("batch \(batch.id): \(-i) of the \(old.count) rows locked were updated") }
+                continue
+            }
+            let r = write(new[try Self.place(i, of: new.count)]).result
             ack.results[r] = RowResult(table: ack.results[r].table, key: ack.results[r].key, status: .conflict)
             conflicts = true
         }
@@ -234,5 +229,133 @@ extension Database {
     private static func place(_ i: Int64, of count: Int) throws -> Int {
         guard i >= 1, i <= count else { throw ServerError("PostgreSQL answered row \(i) of a list of \(count)") }
         return Int(i) - 1
+    }
+
+    // MARK: Statements
+
+    /// The statement of ``claimAndLock(_:_:_:on:)``: `$1` the batch id, `$2` its client, `$3` the
+    /// payload's digest, `$4` and `$5` the tables and keys of the rows the batch names.
+    private struct ClaimAndLock: PreparedRows {
+        static let name = "strata_claim"
+        static let sql = """
+            WITH claim AS (
+              INSERT INTO strata_batches (id, client_id, digest) VALUES ($1::text, $2::text, $3::text)
+              ON CONFLICT (id) DO NOTHING RETURNING id)
+            SELECT l.i, l.fields, l.deleted, l.ctid FROM claim LEFT JOIN LATERAL (
+              SELECT u.i, r.fields, r.deleted, r.ctid::text
+              FROM unnest($4::text[], $5::text[]) WITH ORDINALITY AS u(t, k, i)
+              JOIN strata_rows r ON r.tbl = u.t AND r.key = u.k
+              WHERE claim.id IS NOT NULL
+              ORDER BY r.tbl, r.key FOR UPDATE OF r) l ON true
+            """
+        var id, clientID, digest: String
+        var tables, keys: [String]
+
+        func makeBindings() -> PostgresBindings {
+            var b = PostgresBindings(capacity: 5)
+            b.append(id)
+            b.append(clientID)
+            b.append(digest)
+            b.append(tables)
+            b.append(keys)
+            return b
+        }
+    }
+
+    /// The parents a batch's children name that exist and are live, locked `FOR SHARE` in key
+    /// order: each as its place (from 1) in the lists `$1` (tables) and `$2` (keys).
+    private struct LockParents: PreparedRows {
+        static let name = "strata_parents"
+        static let sql = """
+            SELECT u.i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(t, k, i)
+            JOIN strata_rows r ON r.tbl = u.t AND r.key = u.k
+            WHERE NOT r.deleted ORDER BY r.tbl, r.key FOR SHARE OF r
+            """
+        var tables, keys: [String]
+
+        func makeBindings() -> PostgresBindings {
+            var b = PostgresBindings(capacity: 2)
+            b.append(tables)
+            b.append(keys)
+            return b
+        }
+    }
+
+    /// `$1` new server-assigned keys.
+    private struct DrawKeys: PreparedRows {
+        static let name = "strata_draw_keys"
+        static let sql = "SELECT nextval('strata_keys') FROM generate_series(1, $1::bigint)"
+        var count: Int64
+
+        func makeBindings() -> PostgresBindings {
+            var b = PostgresBindings(capacity: 1)
+            b.append(count)
+            return b
+        }
+    }
+
+    /// Step 2 of ``apply(_:)`` in one statement: the version lock (`v`), then, each joined to it
+    /// so that it runs after the lock is held, the updates, the inserts, and the acknowledgement
+    /// with its commit order. A row no transaction had when step 1 locked may have been inserted
+    /// by a concurrent batch since: that insert wins, and ours is a conflict; the statement
+    /// answers with the places (in `inserts`, from 1) of the rows it did not insert, then the
+    /// number of rows it updated, negated.
+    ///
+    /// A row to update is found by where step 1 found it (`places`, its `ctid`), not by a second
+    /// descent of the primary key: step 1 holds its lock, so no other transaction can update,
+    /// delete or move it before this one commits (`VACUUM FULL` and `CLUSTER` wait for the
+    /// table's lock). Its table and key are still compared, and the count of rows updated is
+    /// checked by the caller, so a row not found there fails the batch instead of losing a write.
+    private struct Write: PreparedRows {
+        /// Rows to write, as four lists of one length.
+        struct Rows {
+            var tables, keys, fields: [String]
+            var deleted: [Bool]
+        }
+
+        static let name = "strata_write"
+        static let sql = """
+            WITH v AS (SELECT pg_advisory_xact_lock(\(Database.versionLock))),
+            up AS (UPDATE strata_rows r SET fields = u.f, deleted = u.d, version = nextval('strata_version'), updated_at = now()
+                   FROM v, unnest($11::text[]::tid[], $1::text[], $2::text[], $3::text[], $4::bool[]) AS u(c, t, k, f, d)
+                   WHERE r.ctid = u.c AND r.tbl = u.t AND r.key = u.k RETURNING 1),
+            n AS (SELECT u.* FROM v, unnest($5::text[], $6::text[], $7::text[], $8::bool[]) WITH ORDINALITY AS u(t, k, f, d, i)),
+            ins AS (INSERT INTO strata_rows (tbl, key, fields, deleted, version)
+                    SELECT t, k, f, d, nextval('strata_version') FROM n
+                    ON CONFLICT (tbl, key) DO NOTHING RETURNING tbl, key),
+            ack AS (UPDATE strata_batches SET ack = $9::text, seq = nextval('strata_batch_order') FROM v WHERE id = $10::text)
+            SELECT n.i FROM n WHERE NOT EXISTS (SELECT FROM ins WHERE ins.tbl = n.t AND ins.key = n.k)
+            UNION ALL SELECT -count(*) FROM up
+            """
+        var places: [String]
+        var updates, inserts: Rows
+        var ack, id: String
+
+        func makeBindings() -> PostgresBindings {
+            var b = PostgresBindings(capacity: 11)
+            for rows in [updates, inserts] {
+                b.append(rows.tables)
+                b.append(rows.keys)
+                b.append(rows.fields)
+                b.append(rows.deleted)
+            }
+            b.append(ack)
+            b.append(id)
+            b.append(places)
+            return b
+        }
+    }
+
+    /// The acknowledgement and the payload's digest stored for batch id `$1`.
+    private struct StoredBatch: PreparedRows {
+        static let name = "strata_stored_batch"
+        static let sql = "SELECT ack, digest FROM strata_batches WHERE id = $1::text"
+        var id: String
+
+        func makeBindings() -> PostgresBindings {
+            var b = PostgresBindings(capacity: 1)
+            b.append(id)
+            return b
+        }
     }
 }

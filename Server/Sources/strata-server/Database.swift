@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Logging
 import PostgresNIO
@@ -125,12 +126,18 @@ struct Database: Sendable {
     // MARK: Tokens
 
     /// The client id a bearer token stands for, or `nil`.
+    ///
+    /// Looked up in PostgreSQL on every request, with no cache: a token deleted from
+    /// `strata_tokens` is refused from the next request on.
     func clientID(token: String) async throws -> String? {
-        let rows = try await client.query(
-            "SELECT client_id FROM strata_tokens WHERE token_sha256 = encode(sha256(convert_to(\(token), 'UTF8')), 'hex')",
-            logger: logger
-        ).collect()
-        return try rows.first?.decode(String.self)
+        var found: String?
+        // Every row is read (there is at most one): the pool takes the connection back when the
+        // rows end.
+        for try await row in try await client.execute(TokenLookup(hash: Self.tokenHash(token)), logger: logger) {
+            var cells = Cells(row)
+            found = try cells.next(String.self)
+        }
+        return found
     }
 
     /// Makes a new random token for `clientID`; only its hash is stored.
@@ -138,9 +145,30 @@ struct Database: Sendable {
         var rng = SystemRandomNumberGenerator()
         let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &rng)) }.joined()
         try await client.query(
-            "INSERT INTO strata_tokens (token_sha256, client_id) VALUES (encode(sha256(convert_to(\(token), 'UTF8')), 'hex'), \(clientID))",
+            "INSERT INTO strata_tokens (token_sha256, client_id) VALUES (\(Self.tokenHash(token)), \(clientID))",
             logger: logger)
         return token
+    }
+
+    /// What `strata_tokens` stores of a token: the SHA-256 of its UTF-8, in lowercase hex (as
+    /// PostgreSQL's `encode(sha256(convert_to(token, 'UTF8')), 'hex')` wrote it for the tokens
+    /// made before it was computed here). Hashed in the process, so that the lookup is a plain
+    /// index probe.
+    static func tokenHash(_ token: String) -> String {
+        hex(SHA256.hash(data: Data(token.utf8)))
+    }
+
+    /// The token lookup of ``clientID(token:)``.
+    private struct TokenLookup: PreparedRows {
+        static let name = "strata_token"
+        static let sql = "SELECT client_id FROM strata_tokens WHERE token_sha256 = $1"
+        var hash: String
+
+        func makeBindings() -> PostgresBindings {
+            var b = PostgresBindings(capacity: 1)
+            b.append(hash)
+            return b
+        }
     }
 
     // MARK: Changes
@@ -156,39 +184,24 @@ struct Database: Sendable {
     ///   the anchor `until`. The pages of a snapshot are one delta: a client combines them before
     ///   it merges.
     ///
-    /// The horizon and the rows are read in one REPEATABLE READ transaction, from one snapshot:
-    /// read in two statements, a `prune` committing between them could remove tombstones after
-    /// `since` that the horizon read before it let through, and the client would never learn of
-    /// those deletes.
+    /// The horizon, the latest version and the rows are read by one statement, so from one
+    /// snapshot (what a statement sees in PostgreSQL's READ COMMITTED): read in two statements, a
+    /// `prune` committing between them could remove tombstones after `since` that the horizon
+    /// read before it let through, and the client would never learn of those deletes. `prune`
+    /// deletes the tombstones and raises the horizon in one transaction, so this snapshot holds
+    /// both or neither. One statement also needs no `BEGIN` and `COMMIT`: a page is one round trip.
     func changes(since: String?, until: String?, after: (table: String, key: String)?, limit: Int) async throws -> Page {
-        try await client.withConnection { c in
-            try await c.query("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
-            do {
-                let page = try await changes(since: since, until: until, after: after, limit: limit, on: c)
-                try await c.query("COMMIT", logger: logger)
-                return page
-            } catch {
-                _ = try? await c.query("ROLLBACK", logger: logger)
-                throw error
-            }
-        }
-    }
-
-    private func changes(since: String?, until: String?, after: (table: String, key: String)?, limit: Int, on c: PostgresConnection) async throws -> Page {
         func version(_ s: String, _ what: String) throws(RequestError) -> Int64 {
             guard let v = Int64(s), v >= 0 else { throw .bad("the \(what) '\(s)' is not one this server hands out") }
             return v
         }
-        // The horizon, and the latest committed version: versions commit in order (see
-        // `apply`), so every version up to the highest visible one is committed.
-        let meta = try await c.query("""
-            SELECT (SELECT value FROM strata_meta WHERE name = 'horizon')::bigint,
-                   coalesce((SELECT max(version) FROM strata_rows), 0)
-            """, logger: logger).collect()
-        let (horizon, latest) = try meta[0].decode((Int64, Int64).self)
-        let upper = max(latest, horizon)
-        let until = try until.map { try version($0, "until") } ?? upper
-        guard until <= upper else { throw RequestError.bad("'until' \(until) is ahead of the server (\(upper))") }
+        let from = try since.map { try version($0, "anchor") }
+        let asked = try until.map { try version($0, "until") }
+        let rows = if let from {
+            try await client.execute(ChangesSince(since: from, until: asked, limit: Int64(limit) + 1), logger: logger)
+        } else {
+            try await client.execute(SnapshotPage(afterTable: after?.table ?? "", afterKey: after?.key ?? "", limit: Int64(limit) + 1), logger: logger)
+        }
 
         // The page is written from the stored JSON of each row, its values never decoded
         // (`DeltaPageWriter`).
@@ -199,61 +212,127 @@ struct Database: Sendable {
         // The tables' names as bytes: a row's table is found by comparing its cell's bytes, with
         // no string made per row.
         let names = tables.tables.map { Array($0.name.utf8) }
-        var page = Page(body: [], until: until)
-        /// Adds the rows of a query's result, up to `limit` (a row past it says there are more);
-        /// returns the table, key and version of the last row added.
-        func add(_ rows: PostgresRowSequence) async throws -> (table: ByteBuffer, key: ByteBuffer, version: Int64)? {
-            var count = 0
-            var last: (table: ByteBuffer, key: ByteBuffer, version: Int64)?
-            for try await row in rows {
-                count += 1
-                if count > limit { page.more = true; continue }
-                var cells = Cells(row)
-                let tbl = try cells.nextBytes() ?? ByteBuffer(), key = try cells.nextBytes() ?? ByteBuffer()
-                let fields = try cells.nextBytes(), deleted = try cells.next(Bool.self), version = try cells.next(Int64.self), stamp = try cells.next(Double.self)
-                last = (tbl, key, version)
-                // A table since dropped from the tables file is not served.
-                guard let i = tbl.withUnsafeReadableBytes({ t in names.firstIndex { $0.elementsEqual(t) } }) else { continue }
-                try key.withUnsafeReadableBytes { k in
-                    if deleted {
-                        try writer.delete(table: i, key: k)
-                    } else {
-                        guard let fields else { throw RequestError(500, "internal", "a stored row of table '\(tables.tables[i].name)' has no fields") }
-                        try fields.withUnsafeReadableBytes { f in try writer.upsert(table: i, key: k, fields: f, version: version, timestamp: stamp) }
-                    }
+        var page = Page(body: [], until: 0)
+        var count = 0
+        var last: (table: ByteBuffer, key: ByteBuffer, version: Int64)?
+        var first = true
+        for try await row in rows {
+            if first {
+                // Every row ends with the horizon and the latest committed version: versions
+                // commit in order (see `apply`), so every version up to the highest visible one
+                // is committed. Read from the first row only: the other rows' are never reached.
+                first = false
+                var meta = Cells(row)
+                meta.skip(6)
+                let horizon = try meta.next(Int64.self), upper = try meta.next(Int64.self)
+                page.until = asked ?? upper
+                guard page.until <= upper else { throw RequestError.bad("'until' \(page.until) is ahead of the server (\(upper))") }
+                if let from, from > upper {
+                    throw RequestError(410, "unknownClient", "the anchor \(from) is ahead of this server (at \(upper)): its data was replaced")
+                }
+                if let from, from < horizon {
+                    throw RequestError(410, "anchorExpired", "the anchor \(from) is older than the oldest this server keeps (\(horizon))")
                 }
             }
-            return last
+            var cells = Cells(row)
+            // The statement answers one row of nulls when no row of data follows.
+            guard let tbl = try cells.nextBytes() else { continue }
+            count += 1
+            if count > limit { page.more = true; continue }
+            let key = try cells.nextBytes() ?? ByteBuffer()
+            let fields = try cells.nextBytes(), deleted = try cells.next(Bool.self), version = try cells.next(Int64.self)
+            let stamp = try cells.nextTimestamp()
+            last = (tbl, key, version)
+            // A table since dropped from the tables file is not served.
+            guard let i = tbl.withUnsafeReadableBytes({ t in names.firstIndex { $0.elementsEqual(t) } }) else { continue }
+            try key.withUnsafeReadableBytes { k in
+                if deleted {
+                    try writer.delete(table: i, key: k)
+                } else {
+                    guard let fields else { throw RequestError(500, "internal", "a stored row of table '\(tables.tables[i].name)' has no fields") }
+                    try fields.withUnsafeReadableBytes { f in try writer.upsert(table: i, key: k, fields: f, version: version, timestamp: stamp) }
+                }
+            }
         }
+        guard !first else { throw ServerError("PostgreSQL answered no row for a page (is strata_meta's horizon missing?)") }
 
         if let since {
-            let after = try version(since, "anchor")
-            if after > upper {
-                throw RequestError(410, "unknownClient", "the anchor \(after) is ahead of this server (at \(upper)): its data was replaced")
-            }
-            if after < horizon {
-                throw RequestError(410, "anchorExpired", "the anchor \(after) is older than the oldest this server keeps (\(horizon))")
-            }
-            let rows = try await c.query("""
-                SELECT tbl, key, fields, deleted, version, extract(epoch FROM updated_at)::float8 FROM strata_rows
-                WHERE version > \(after) AND version <= \(until) ORDER BY version LIMIT \(limit + 1)
-                """, logger: logger)
-            let last = try await add(rows)
             // A page cut short ends at its last row's version; the last page at `until`.
-            let anchor = page.more ? String(last?.version ?? until) : String(until)
+            let anchor = page.more ? String(last?.version ?? page.until) : String(page.until)
             page.body = writer.finish(since: since, anchor: anchor, mode: .incremental)
         } else {
-            let (t, k) = after ?? ("", "")
-            let rows = try await c.query("""
-                SELECT tbl, key, fields, deleted, version, extract(epoch FROM updated_at)::float8 FROM strata_rows
-                WHERE (tbl, key) > (\(t), \(k)) AND NOT deleted ORDER BY tbl, key LIMIT \(limit + 1)
-                """, logger: logger)
             // Where the next page starts: strings of the last row only.
-            if let last = try await add(rows) { page.after = (String(buffer: last.table), String(buffer: last.key)) }
+            if let last { page.after = (String(buffer: last.table), String(buffer: last.key)) }
             // A snapshot lists every table, so that a client deletes rows of a table now empty.
-            page.body = writer.finish(since: nil, anchor: String(until), mode: .snapshot, listingEveryTable: true)
+            page.body = writer.finish(since: nil, anchor: String(page.until), mode: .snapshot, listingEveryTable: true)
         }
         return page
+    }
+
+    /// What both page statements read first: the horizon, and the latest version the server
+    /// has (`upper`: the latest version in `strata_rows`, or the horizon when all after it were
+    /// pruned). Materialized, so that it is read once: inlined, PostgreSQL evaluated it once for
+    /// each place it is named.
+    private static let pageMeta = """
+        m AS MATERIALIZED (
+          SELECT horizon, greatest(horizon, coalesce((SELECT max(version) FROM strata_rows), 0)) AS upper
+          FROM (SELECT (SELECT value FROM strata_meta WHERE name = 'horizon')::bigint AS horizon) h)
+        """
+
+    /// An incremental page (see ``changes(since:until:after:limit:)``): each row is a row's
+    /// table, key, fields, tombstone flag, version and time of change (nulls when no row of data
+    /// follows), then the horizon and `upper` (see `pageMeta`). Last, so that the rows after
+    /// the first are read without passing over them (each cell passed costs the server retains).
+    ///
+    /// Rows are read only when the anchor is one the horizon still serves and `until` is not
+    /// ahead of the server: a refused pull reads none. `$2` is `until` (null: the latest).
+    private struct ChangesSince: PreparedRows {
+        static let name = "strata_changes"
+        static let sql = """
+            WITH \(Database.pageMeta)
+            SELECT r.tbl, r.key, r.fields, r.deleted, r.version, r.updated_at, m.horizon, m.upper
+            FROM m LEFT JOIN LATERAL (
+              SELECT tbl, key, fields, deleted, version, updated_at FROM strata_rows
+              WHERE version > $1::bigint AND version <= coalesce($2::bigint, m.upper)
+                AND $1::bigint BETWEEN m.horizon AND m.upper AND coalesce($2::bigint, 0) <= m.upper
+              ORDER BY version LIMIT $3::bigint) r ON true
+            """
+        var since: Int64
+        var until: Int64?
+        var limit: Int64
+
+        func makeBindings() -> PostgresBindings {
+            var b = PostgresBindings(capacity: 3)
+            b.append(since)
+            b.append(until)
+            b.append(limit)
+            return b
+        }
+    }
+
+    /// A snapshot page (see ``changes(since:until:after:limit:)``): the live rows after
+    /// (`$1`, `$2`) in (table, key) order, each followed by the horizon and `upper`, as
+    /// ``ChangesSince`` answers them.
+    private struct SnapshotPage: PreparedRows {
+        static let name = "strata_snapshot"
+        static let sql = """
+            WITH \(Database.pageMeta)
+            SELECT r.tbl, r.key, r.fields, r.deleted, r.version, r.updated_at, m.horizon, m.upper
+            FROM m LEFT JOIN LATERAL (
+              SELECT tbl, key, fields, deleted, version, updated_at FROM strata_rows
+              WHERE (tbl, key) > ($1::text, $2::text) AND NOT deleted ORDER BY tbl, key LIMIT $3::bigint) r ON true
+            """
+        var afterTable: String
+        var afterKey: String
+        var limit: Int64
+
+        func makeBindings() -> PostgresBindings {
+            var b = PostgresBindings(capacity: 3)
+            b.append(afterTable)
+            b.append(afterKey)
+            b.append(limit)
+            return b
+        }
     }
 
     /// A page of ``changes(since:until:after:limit:)``.
