@@ -55,8 +55,8 @@ struct LoadCommand: AsyncParsableCommand {
         // faulted in again for the next: about a sixth of their CPU (`perf`, 2026-11-28), taken
         // from the server they share the machine with. Fixed thresholds keep the heap; the
         // server runs with glibc's defaults.
-        _ = mallopt(M_TRIM_THRESHOLD, 256 << 20)
-        _ = mallopt(M_MMAP_THRESHOLD, 32 << 20)
+        _ = mallopt(-1, 64 << 20)   // M_TRIM_THRESHOLD: trim only past 64 MiB free
+        _ = mallopt(-3, 32 << 20)   // M_MMAP_THRESHOLD: a fixed one, so the trim threshold stays
         #endif
         let bin = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         let server = try Server(binary: bin.appendingPathComponent("strata-server").path, databaseURL: databaseURL, tables: tables)
@@ -160,9 +160,6 @@ struct LoadCommand: AsyncParsableCommand {
 }
 
 #if canImport(Glibc)
-/// glibc's `mallopt` and two of its parameters (`malloc.h`), which Swift's Glibc module does
-/// not declare.
+/// glibc's `mallopt` (`malloc.h`), which Swift's Glibc module does not declare.
 @_silgen_name("mallopt") private func mallopt(_ parameter: Int32, _ value: Int32) -> Int32
-private let M_TRIM_THRESHOLD: Int32 = -1
-private let M_MMAP_THRESHOLD: Int32 = -3
 #endif
