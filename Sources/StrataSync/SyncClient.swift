@@ -226,6 +226,7 @@ public final class SyncClient: Sendable {
         // Which key fields take an int as a double (`stored`): looked up once, not per row.
         let keyIsDouble = schema.primaryKey.map { schema.field($0)?.type == .double }
         func context(_ key: RowKey) -> String { "the delta's row \(key) of table '\(delta.table)'" }
+        var oneFieldKey = RowKey(.null)  // see below
 
         for (index, row) in delta.upserts.enumerated() {
             let position = ServerRowPosition(table: tableIndex, upsert: index)
@@ -245,10 +246,17 @@ public final class SyncClient: Sendable {
                     if case .int(let n) = v, keyIsDouble[i] { return .double(Double(n)) }
                     return v
                 }
-                // A key of one field, the most common, makes its array in one allocation.
-                let key = schema.primaryKey.count == 1
-                    ? RowKey(try keyValue(0))
-                    : RowKey(try schema.primaryKey.indices.map { (i) throws(StrataError) in try keyValue(i) })
+                let key: RowKey
+                if schema.primaryKey.count == 1 {
+                    // A key of one field, the most common: its array is made once per delta and
+                    // written in place row after row (an allocation and a free less per row,
+                    // about 400 instructions). A row that keeps its key (a conflict record) only
+                    // makes the next row copy the array.
+                    oneFieldKey.values[0] = try keyValue(0)
+                    key = oneFieldKey
+                } else {
+                    key = RowKey(try schema.primaryKey.indices.map { (i) throws(StrataError) in try keyValue(i) })
+                }
                 guard seen.insert(key) else {
                     throw StrataError(.invalidOperation, "\(context(key)) is listed twice")
                 }
