@@ -123,11 +123,14 @@ extension Transaction {
         guard stored?.flags.isEmpty ?? true else { return .needsMerge }
         // A row with pending fields admits a null for a required field (it may stay an
         // original); whether the field ends up null is checked below, after the decisions.
+        // The entries are kept for the pass below: parsed once, not twice.
         var hasPending = false
+        storedEntries.removeAll(keepingCapacity: true)
         var scan = stored?.entries ?? ByteReader(old)
         while let x = try scan.nextEntry() {
             if x.isConflict { return .needsMerge }
             if x.isDirty { hasPending = true }
+            storedEntries.append(x)
         }
         valBuf.reset()
         newValues.removeAll(keepingCapacity: true)
@@ -174,21 +177,21 @@ extension Transaction {
         }
         // A new row comes into being, whatever its fields hold.
         var changed = isNewRow
-        var r = stored?.entries ?? ByteReader(old)
-        var e = try r.nextEntry()
+        var j = 0  // the next of `storedEntries`
         var i = 0
-        while e != nil || i < newValues.count {
-            if let x = e, i == newValues.count || x.id < newValues[i].id {
+        while j < storedEntries.count || i < newValues.count {
+            if j < storedEntries.count, i == newValues.count || storedEntries[j].id < newValues[i].id {
+                let x = storedEntries[j]
                 if x.id < valued.count, !EditRules.same(UnsafeRawBufferPointer(rebasing: old[x.current]), EditRules.null) { valued[x.id] = true }
-                e = try r.nextEntry()
+                j += 1
                 continue
             }
             let n = newValues[i]
             i += 1
             var stored: FieldEntry? = nil
-            if let x = e, x.id == n.id {
-                stored = x
-                e = try r.nextEntry()
+            if j < storedEntries.count, storedEntries[j].id == n.id {
+                stored = storedEntries[j]
+                j += 1
             }
             let base = stored.map { UnsafeRawBufferPointer(rebasing: old[$0.original]) } ?? EditRules.null
             let local = stored.map { UnsafeRawBufferPointer(rebasing: old[$0.current]) } ?? EditRules.null

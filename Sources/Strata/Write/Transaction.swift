@@ -53,6 +53,8 @@ public final class Transaction {
     @exclusivity(unchecked) var valued: [Bool] = []
     /// The field ids of the values a merge on a stored record was given (`mergeServerValues`).
     @exclusivity(unchecked) var fieldIDs: [Int] = []
+    /// The entries of the stored row a merge on a stored record reads (`mergeServerValues`).
+    @exclusivity(unchecked) var storedEntries: [FieldEntry] = []
     /// The fields a merge on a stored record decided (`mergeServerValues`).
     @exclusivity(unchecked) var decided: [(id: Int, base: Range<Int>?, local: Range<Int>?, new: Range<Int>, action: ServerFieldAction, tag: UInt8)] = []
     /// The decisions a merge on a stored record recorded and their values' places
