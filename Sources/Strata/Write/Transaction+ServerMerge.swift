@@ -150,7 +150,7 @@ extension Transaction {
             fieldIDs.append(id)
             if refusal != nil || t.isKeyField(id) { continue }
             do {
-                let v = try t.admit(value, field: id, name: name, nullable: hasPending ? true : nil)
+                let v = ref.admitsAsIs(value, field: id) ? value : try t.admit(value, field: id, name: name, nullable: hasPending ? true : nil)
                 let start = valBuf.count
                 valBuf.appendValue(v)
                 newValues.append(NewValue(id: id, range: start..<valBuf.count))
