@@ -138,7 +138,8 @@ extension Transaction {
         // the row to the caller, which refuses it, whatever else is wrong with the row. One pass
         // over the dictionary (its iteration costs about 200 instructions a row): the first
         // refusal is held until every name has resolved.
-        fieldIDs.removeAll(keepingCapacity: true)
+        // The ids named are kept only for a new row, the one reader below.
+        if isNewRow { fieldIDs.removeAll(keepingCapacity: true) }
         var refusal: StrataError? = nil
         for (name, value) in values {
             guard let id = t.fieldID(name) else {
@@ -147,7 +148,7 @@ extension Transaction {
                 if let twin = t.twin(of: name) { throw StrataError(.fieldNotFound, RowRule.twinMessage(table: t.name, name, twin)) }
                 return .needsMerge
             }
-            fieldIDs.append(id)
+            if isNewRow { fieldIDs.append(id) }
             if refusal != nil || t.isKeyField(id) { continue }
             do {
                 let v = ref.admitsAsIs(value, field: id) ? value : try t.admit(value, field: id, name: name, nullable: hasPending ? true : nil)
@@ -171,7 +172,8 @@ extension Transaction {
         // null is left to the caller (it may take a default, or be refused with the row's
         // context). Only declared fields (ids below `definitions.count`) can be required.
         if valued.count == t.definitions.count {
-            for i in valued.indices { valued[i] = false }
+            // One uniqueness check and a fill, not one check per element.
+            valued.withUnsafeMutableBufferPointer { $0.update(repeating: false) }
         } else {
             valued = Array(repeating: false, count: t.definitions.count)
         }
