@@ -23,6 +23,9 @@ struct ByteWriter {
 
     mutating func append(_ array: [UInt8]) { bytes.append(contentsOf: array) }
 
+    /// Replaces the bytes with `buffer`'s: `reset()` and `append(buffer)` in one call.
+    mutating func replaceAll(with buffer: UnsafeRawBufferPointer) { bytes.replaceSubrange(bytes.indices, with: buffer) }
+
     /// LEB128: seven bits a byte, low bits first.
     @inline(__always)
     mutating func appendVarint(_ value: UInt64) {
