@@ -239,11 +239,26 @@ extension Transaction {
         var ranges = serverRanges
         serverDecisions = []
         serverRanges = []
-        decisions.removeAll(keepingCapacity: true)
-        ranges.removeAll(keepingCapacity: true)
+        // Written over the last row's when there are as many (most rows), else emptied and
+        // filled: emptying the two arrays costs about 140 instructions.
+        var recorded = 0
+        for d in decided[..<decidedCount] where d.tag != 0 { recorded += 1 }
+        let inPlace = decisions.count == recorded && ranges.count == recorded
+        if !inPlace {
+            decisions.removeAll(keepingCapacity: true)
+            ranges.removeAll(keepingCapacity: true)
+        }
+        var k = 0
         for d in decided[..<decidedCount] where d.tag != 0 {
-            decisions.append(ServerFieldDecision(field: t.fieldNames[d.id], action: d.action, tag: d.tag))
-            ranges.append((d.base, d.local, d.new))
+            let decision = ServerFieldDecision(field: t.fieldNames[d.id], action: d.action, tag: d.tag)
+            if inPlace {
+                decisions[k] = decision
+                ranges[k] = (d.base, d.local, d.new)
+            } else {
+                decisions.append(decision)
+                ranges.append((d.base, d.local, d.new))
+            }
+            k += 1
         }
         defer {
             serverDecisions = decisions
