@@ -49,7 +49,14 @@ struct TableInfo: Sendable {
             return id
         }
         // From the end, as `fieldIDs` is built: a name dropped and added again has its live id last.
+        // The same string first (`sameRepresentation`, a few instructions a name), then the
+        // same bytes: a table's live names differ in their bytes, so both find the same field.
         var i = fieldNames.count - 1
+        while i >= 0 {
+            if fieldNames[i].sameRepresentation(name) && (dropped.isEmpty || !dropped.contains(i)) { return i }
+            i -= 1
+        }
+        i = fieldNames.count - 1
         while i >= 0 {
             if fieldNames[i].sameBytes(name) && (dropped.isEmpty || !dropped.contains(i)) { return i }
             i -= 1

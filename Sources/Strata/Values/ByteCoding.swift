@@ -23,6 +23,9 @@ struct ByteWriter {
 
     mutating func append(_ array: [UInt8]) { bytes.append(contentsOf: array) }
 
+    /// Replaces the bytes with `buffer`'s: `reset()` and `append(buffer)` in one call.
+    mutating func replaceAll(with buffer: UnsafeRawBufferPointer) { bytes.replaceSubrange(bytes.indices, with: buffer) }
+
     /// LEB128: seven bits a byte, low bits first.
     @inline(__always)
     mutating func appendVarint(_ value: UInt64) {
@@ -36,12 +39,26 @@ struct ByteWriter {
     }
 
     private mutating func appendLongVarint(_ value: UInt64) {
+        // Written on the stack and appended by one call: an append per byte checks the
+        // array's uniqueness each time.
+        var buffer: (UInt64, UInt64) = (0, 0)
+        let n = Swift.withUnsafeMutableBytes(of: &buffer) { Self.writeVarint(value, to: $0, at: 0) }
+        Swift.withUnsafeBytes(of: &buffer) { append(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+    }
+
+    /// Writes `value` as a LEB128 varint (as ``appendVarint(_:)``) into `b` at `offset`, where
+    /// 10 bytes must be free; returns the offset after it.
+    @inline(__always)
+    static func writeVarint(_ value: UInt64, to b: UnsafeMutableRawBufferPointer, at offset: Int) -> Int {
         var v = value
+        var o = offset
         while v >= 0x80 {
-            bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
+            b[o] = UInt8(truncatingIfNeeded: v) | 0x80
             v >>= 7
+            o += 1
         }
-        bytes.append(UInt8(v))
+        b[o] = UInt8(v)
+        return o + 1
     }
 
     mutating func appendLittleEndian(_ value: UInt64) {

@@ -42,6 +42,11 @@ enum KeyCodec {
     static let tagBytes: UInt8 = 0x50
     static let tagTimestamp: UInt8 = 0x60
 
+    /// An int component's payload, before its big-endian write: the sign bit flipped, so that
+    /// negatives sort first.
+    @inline(__always)
+    static func intBits(_ i: Int64) -> UInt64 { UInt64(bitPattern: i) ^ (1 << 63) }
+
     @inline(__always)
     static func orderedBits(_ d: Double) -> UInt64 {
         let bits = d.bitPattern
@@ -69,7 +74,7 @@ enum KeyCodec {
         case .bool(let b): w.append(b ? tagTrue : tagFalse)
         case .int(let i):
             w.append(tagInt)
-            w.appendBigEndian(UInt64(bitPattern: i) ^ (1 << 63))
+            w.appendBigEndian(intBits(i))
         case .double(let d):
             w.append(tagDouble)
             w.appendBigEndian(orderedBits(d))

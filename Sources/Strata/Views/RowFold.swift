@@ -13,10 +13,18 @@ enum RowFold {
         old: StoredRow?, op: UnsafeRawBufferPointer, header: OperationHeader, lsn: UInt64,
         into out: inout ByteWriter
     ) throws(StrataError) -> Bool? {
-        out.reset()
-        if header.flagsAfter.contains(.gone) { return nil }
-        out.append(header.flagsAfter.rawValue)
-        out.appendVarint(lsn)
+        if header.flagsAfter.contains(.gone) {
+            out.reset()
+            return nil
+        }
+        // The row's flags and last LSN, made on the stack and put in place of the writer's
+        // bytes by one call: emptying the writer and the appends cost about 150 instructions.
+        var head: (UInt64, UInt64) = (0, 0)
+        let headCount = withUnsafeMutableBytes(of: &head) { b in
+            b[0] = header.flagsAfter.rawValue
+            return ByteWriter.writeVarint(lsn, to: b, at: 1)
+        }
+        withUnsafeBytes(of: &head) { out.replaceAll(with: UnsafeRawBufferPointer(rebasing: $0[0..<headCount])) }
 
         var dirty = 0
         var a = ByteReader(op, offset: header.entriesStart)
