@@ -276,10 +276,10 @@ private func be(_ i: UInt64) -> [UInt8] { withUnsafeBytes(of: i.bigEndian) { Arr
                 }
             }
             #expect(try readAll() == 20_000)
-            let before = try residentKiB(ofFileEndingIn: "/data.mdb")
+            let before = try residentKiB(ofFileEndingIn: env.path + "/data.mdb")
             #expect(before > 10_000, "20,000 values of 1 KB read through the map: about 20 MB resident, not \(before) KiB")
             #expect(env.releaseMappedPages())
-            let after = try residentKiB(ofFileEndingIn: "/data.mdb")
+            let after = try residentKiB(ofFileEndingIn: env.path + "/data.mdb")
             #expect(after < 1_000, "after releasing: \(after) KiB of the file still resident (\(before) before)")
             #expect(try readAll() == 20_000)
         }
